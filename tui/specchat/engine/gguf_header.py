@@ -1,0 +1,87 @@
+"""Read a GGUF file's metadata (its key/value header) without touching the weights.
+
+``gguf.GGUFReader`` also parses every tensor descriptor and wraps each array element in numpy views, which takes
+seconds for a large vocabulary; listing a models folder needs only the header, read here in one sequential pass with
+the value types of the ``gguf`` package.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from pathlib import Path
+from typing import Any
+
+from gguf import GGUFValueType
+
+from ..errors import ModelError
+from .llama import GGUF_MAGIC
+
+_SCALARS = {
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
+}
+
+
+class _Cursor:
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+        self.pos = 0
+
+    def unpack(self, fmt: str) -> Any:
+        value = struct.unpack_from(fmt, self.data, self.pos)[0]
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        n = self.unpack("<Q")
+        raw = bytes(self.data[self.pos : self.pos + n])
+        self.pos += n
+        return raw.decode("utf-8", "replace")
+
+    def value(self, vtype: int) -> Any:
+        if vtype == GGUFValueType.STRING:
+            return self.string()
+        if vtype == GGUFValueType.ARRAY:
+            item_type = self.unpack("<I")
+            count = self.unpack("<Q")
+            if item_type in _SCALARS:
+                fmt = _SCALARS[GGUFValueType(item_type)]
+                size = struct.calcsize(fmt)
+                values = list(struct.unpack_from(f"<{count}{fmt[1]}", self.data, self.pos))
+                self.pos += size * count
+                return values
+            return [self.value(item_type) for _ in range(count)]
+        return self.unpack(_SCALARS[GGUFValueType(vtype)])
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """All metadata key/values of a GGUF file, plus ``gguf.file_size``."""
+    try:
+        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if mm[:4] != GGUF_MAGIC:
+                raise ModelError(f"{path} is not a GGUF file (bad header) — re-download it or pick another file")
+            cursor = _Cursor(memoryview(mm))
+            cursor.pos = 4
+            version = cursor.unpack("<I")
+            n_tensors = cursor.unpack("<Q")
+            n_kv = cursor.unpack("<Q")
+            meta: dict[str, Any] = {"gguf.version": version, "gguf.tensor_count": n_tensors, "gguf.file_size": len(mm)}
+            for _ in range(n_kv):
+                key = cursor.string()
+                meta[key] = cursor.value(cursor.unpack("<I"))
+            cursor.data.release()
+            return meta
+    except (struct.error, ValueError, IndexError) as exc:
+        raise ModelError(f"{path}: the GGUF header is truncated or corrupt ({exc}) — re-download the file") from None
+    except OSError as exc:
+        raise ModelError(f"cannot read {path}: {exc.strerror or exc}") from None
