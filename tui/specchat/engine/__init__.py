@@ -1,0 +1,23 @@
+"""The speculative engine, free of any UI: configure it, feed it messages, consume its events."""
+
+from .config import EngineConfig, ModelSpec, SpecConfig
+from .core import Engine, Message
+from .events import (
+    ContextTrimmed,
+    DraftRejected,
+    Event,
+    ReplyFinished,
+    ReplyStarted,
+    SpeculationChanged,
+    SpeculationState,
+    StepVerified,
+    TokenEmitted,
+    TokenKind,
+)
+from .sampling import SamplingParams
+
+__all__ = [
+    "ContextTrimmed", "DraftRejected", "Engine", "EngineConfig", "Event", "Message", "ModelSpec", "ReplyFinished",
+    "ReplyStarted", "SamplingParams", "SpecConfig", "SpeculationChanged", "SpeculationState", "StepVerified",
+    "TokenEmitted", "TokenKind",
+]
