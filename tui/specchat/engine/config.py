@@ -30,7 +30,7 @@ class ModelSpec:
 @dataclass(frozen=True)
 class SpecConfig:
     method: str = "none"
-    n_max: int = 4
+    n_max: int | str = 4  # or "auto": adaptive draft length with an automatic off-switch
     n_min: int = 0
     p_min: float = 0.0
     ngram_min: int = 2
@@ -39,14 +39,18 @@ class SpecConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"unknown speculation method {self.method!r} — use one of {', '.join(METHODS)}")
-        if self.n_max < 1:
-            raise ConfigError(f"n_max must be ≥ 1 (draft tokens per step), got {self.n_max}")
-        if not 0 <= self.n_min <= self.n_max:
+        if self.n_max != "auto" and not (isinstance(self.n_max, int) and self.n_max >= 1):
+            raise ConfigError(f"n_max must be an integer ≥ 1 (draft tokens per step) or \"auto\", got {self.n_max!r}")
+        if self.n_min < 0 or (isinstance(self.n_max, int) and self.n_min > self.n_max):
             raise ConfigError(f"n_min must be between 0 and n_max ({self.n_max}), got {self.n_min}")
         if not 0 <= self.p_min <= 1:
             raise ConfigError(f"p_min must be a probability in [0, 1], got {self.p_min}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ConfigError(f"n-gram sizes need 1 ≤ ngram_min ≤ ngram_max, got {self.ngram_min}..{self.ngram_max}")
+
+    @property
+    def adaptive(self) -> bool:
+        return self.n_max == "auto"
 
 
 @dataclass(frozen=True)

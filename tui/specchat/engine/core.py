@@ -18,9 +18,10 @@ from time import perf_counter
 import numpy as np
 
 from ..errors import ConfigError, ContextError, IncompatibleDraftError
+from .adaptive import AdaptiveDraftLength
 from .chat_template import ChatTemplate
 from .compat import check_pair
-from .config import EngineConfig
+from .config import EngineConfig, ModelSpec
 from .drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from .events import (
     ContextTrimmed,
@@ -28,6 +29,7 @@ from .events import (
     Event,
     ReplyFinished,
     ReplyStarted,
+    SpeculationChanged,
     SpeculationState,
     StepVerified,
     TokenEmitted,
@@ -69,54 +71,157 @@ def check_draft_compatible(target: Path, draft: Path) -> None:
         )
 
 
+def _target_identity(config: EngineConfig) -> tuple[object, ...]:
+    """What a target's weights and KV cache depend on; anything else changes without a reload."""
+    return (config.target.path, config.target.n_gpu_layers, config.n_ctx)
+
+
+def wanted_draft_identity(spec: ModelSpec) -> tuple[object, ...]:
+    return (spec.path, spec.n_gpu_layers)
+
+
+@dataclass
+class _LoadedTarget:
+    model: Model
+    ctx: Context
+    template: ChatTemplate
+
+    @classmethod
+    def open(cls, config: EngineConfig) -> _LoadedTarget:
+        model = Model(config.target.path, role="target", n_gpu_layers=config.target.n_gpu_layers)
+        try:
+            ctx = Context(model, n_ctx=config.n_ctx, threads=config.target.threads)
+            template = ChatTemplate(
+                model.chat_template(),
+                bos_token=model.raw_piece(model.bos, special=True).decode("utf-8", "replace"),
+                eos_token=model.raw_piece(model.eos, special=True).decode("utf-8", "replace"),
+            )
+        except BaseException:
+            model.close()
+            raise
+        return cls(model, ctx, template)
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
+@dataclass
+class _LoadedDraft:
+    model: Model
+    ctx: Context
+    drafter: ModelDrafter
+    spec: tuple[object, ...]  # (path, n_gpu_layers, threads) it was loaded with
+
+    @classmethod
+    def open(cls, config: EngineConfig) -> _LoadedDraft:
+        spec = config.draft
+        assert spec is not None  # EngineConfig guarantees it for method "draft"
+        check_gguf_file(spec.path, "draft")
+        # Judge the pair from the headers first: an incompatible draft is refused before its weights load.
+        check_draft_compatible(config.target.path, spec.path)
+        model = Model(spec.path, role="draft", n_gpu_layers=spec.n_gpu_layers)
+        try:
+            ctx = Context(model, n_ctx=config.n_ctx, threads=spec.threads)
+        except BaseException:
+            model.close()
+            raise
+        return cls(model, ctx, ModelDrafter(ctx), (spec.path, spec.n_gpu_layers, spec.threads))
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
 class Engine:
     """A chat with one target model, optionally sped up by a drafter. Not thread-safe: drive it from one thread."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.target = Model(config.target.path, role="target", n_gpu_layers=config.target.n_gpu_layers)
-        self.draft_model: Model | None = None
-        self._draft_ctx: Context | None = None
+        self._target = _LoadedTarget.open(config)
         try:
-            self.ctx = Context(self.target, n_ctx=config.n_ctx, threads=config.target.threads)
-            self.template = ChatTemplate(
-                self.target.chat_template(),
-                bos_token=self.target.raw_piece(self.target.bos, special=True).decode("utf-8", "replace"),
-                eos_token=self.target.raw_piece(self.target.eos, special=True).decode("utf-8", "replace"),
-            )
-            if config.spec.method == "draft":
-                self._load_draft()
+            self._draft = _LoadedDraft.open(config) if config.spec.method == "draft" else None
         except BaseException:
-            self.close()
+            self._target.close()
             raise
         self.messages: list[Message] = []
         self.tokens: list[int] = []  # the conversation as the target reads it; the KV cache mirrors a prefix of it
         self._rendered = ""  # the text that ``tokens`` encode
-        self._ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
-        self._reseed()
+        self._configure_speculation()
         self.new_chat()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
-    def _load_draft(self) -> None:
-        spec = self.config.draft
-        assert spec is not None  # EngineConfig guarantees it for method "draft"
-        check_gguf_file(spec.path, "draft")
-        # Judge the pair from the headers first: an incompatible draft is refused before its weights load.
-        check_draft_compatible(self.target.path, spec.path)
-        model = Model(spec.path, role="draft", n_gpu_layers=spec.n_gpu_layers)
-        try:
-            ctx = Context(model, n_ctx=self.config.n_ctx, threads=spec.threads)
-        except BaseException:
-            model.close()
-            raise
-        self.draft_model, self._draft_ctx = model, ctx
-        self._model_drafter = ModelDrafter(ctx)
+    @property
+    def target(self) -> Model:
+        return self._target.model
+
+    @property
+    def ctx(self) -> Context:
+        return self._target.ctx
+
+    @property
+    def template(self) -> ChatTemplate:
+        return self._target.template
+
+    @property
+    def draft_model(self) -> Model | None:
+        return self._draft.model if self._draft is not None else None
 
     def close(self) -> None:
-        for part in (getattr(self, "_draft_ctx", None), self.draft_model, getattr(self, "ctx", None), self.target):
-            if part is not None:
-                part.close()
+        if self._draft is not None:
+            self._draft.close()
+        self._target.close()
+
+    def _configure_speculation(self) -> None:
+        spec = self.config.spec
+        self._ngram = NgramDrafter(spec.ngram_min, spec.ngram_max)
+        self._adaptive = AdaptiveDraftLength() if spec.adaptive else None
+        self._reseed()
+
+    def apply(self, config: EngineConfig) -> str:
+        """Switch to ``config`` with the least work, keeping the conversation; returns what was done.
+
+        "parameters": draft length, sampling or method none/ngram change from the next step on, nothing reloads.
+        "draft reloaded": only the draft model changed. "full reload": the target changed (both models reload and
+        the conversation is re-tokenized for it). If a load fails the engine keeps its previous configuration.
+        """
+        old = self.config
+        if _target_identity(config) != _target_identity(old):
+            target = _LoadedTarget.open(config)
+            try:
+                draft = _LoadedDraft.open(config) if config.spec.method == "draft" else None
+            except BaseException:
+                target.close()
+                raise
+            self.close()
+            self._target, self._draft, self.config = target, draft, config
+            self._configure_speculation()
+            # Token ids of the old target mean nothing to the new one: keep the text, re-tokenize.
+            self.tokens, self._rendered = [], ""
+            self.restore([Message(m.role, m.content, None, m.finish_reason) for m in self.messages])
+            return "full reload"
+        action = "parameters"
+        wanted_draft = config.draft if config.spec.method == "draft" else None
+        if wanted_draft is not None and (self._draft is None or self._draft.spec[:2] != wanted_draft_identity(wanted_draft)):
+            draft = _LoadedDraft.open(config)
+            if self._draft is not None:
+                self._draft.close()
+            self._draft = draft
+            action = "draft reloaded"
+        elif self._draft is not None and (config.draft is None or self._draft.spec[:2] != wanted_draft_identity(config.draft)):
+            # The profile no longer names this draft: free its memory rather than keep it for a toggle back.
+            self._draft.close()
+            self._draft = None
+        if config.target.threads != old.target.threads:
+            self.ctx.set_threads(config.target.threads)
+        if self._draft is not None and config.draft is not None and config.draft.threads != self._draft.spec[2]:
+            self._draft.ctx.set_threads(config.draft.threads)
+            self._draft.spec = (*self._draft.spec[:2], config.draft.threads)
+        self.config = config
+        if config.spec != old.spec or config.sampling != old.sampling:
+            self._configure_speculation()
+        return action
 
     def _reseed(self) -> None:
         seed = self.config.sampling.seed
@@ -126,8 +231,8 @@ class Engine:
     @property
     def drafter(self) -> Drafter | None:
         method = self.config.spec.method
-        if method == "draft" and self._draft_ctx is not None:
-            return self._model_drafter
+        if method == "draft" and self._draft is not None:
+            return self._draft.drafter
         if method == "ngram":
             return self._ngram
         return None
@@ -136,7 +241,14 @@ class Engine:
         method = self.config.spec.method
         if method == "none":
             return SpeculationState(method, False, "method is 'none' (plain decoding)")
+        if self._adaptive is not None and not self._adaptive.active:
+            return SpeculationState(method, False, self._adaptive.reason)
         return SpeculationState(method, True)
+
+    @property
+    def n_max(self) -> int:
+        """The draft length in use: fixed by the profile, or the adaptive controller's current choice."""
+        return self._adaptive.k if self._adaptive is not None else int(self.config.spec.n_max)
 
     # -- conversation -> tokens ----------------------------------------------------------------------------------
 
@@ -235,7 +347,8 @@ class Engine:
             method=cfg.spec.method,
             speculation_active=state.active,
             speculation_reason=state.reason,
-            n_max=cfg.spec.n_max if state.active else 0,
+            n_max=self.n_max if cfg.spec.method != "none" else 0,
+            adaptive=cfg.spec.adaptive,
             prompt_tokens=len(prompt),
             n_ctx=cfg.n_ctx,
         )
@@ -307,12 +420,14 @@ class Engine:
         """One draft → verify → accept → roll back step. Returns the tokens to emit and the step's other events."""
         spec = self.config.spec
         drafter = self.drafter
+        adaptive = self._adaptive
+        planned = adaptive.plan() if adaptive is not None else self.n_max
         draft = Draft([])
         ignored = 0
-        if drafter is not None and max_draft > 0:
-            t = perf_counter()
-            draft = drafter.propose(self.tokens, min(spec.n_max, max_draft), spec.p_min, self.config.sampling, self._draft_rng)
-            stats.t_draft += perf_counter() - t
+        t_start = perf_counter()
+        if drafter is not None and min(planned, max_draft) > 0:
+            draft = drafter.propose(self.tokens, min(planned, max_draft), spec.p_min, self.config.sampling, self._draft_rng)
+            stats.t_draft += perf_counter() - t_start
             draft = self._until_end_of_generation(draft)
             if len(draft.tokens) < spec.n_min:
                 ignored = len(draft.tokens)
@@ -324,16 +439,21 @@ class Engine:
         rows = self.ctx.logits()
         n_accepted, next_token = self._verify(rows, draft)
         self.ctx.truncate(base + n_accepted)
-        stats.t_verify += perf_counter() - t
+        t_end = perf_counter()
+        stats.t_verify += t_end - t
 
         drafted = len(draft.tokens)
         stats.record_step(drafted, n_accepted, ignored)
         events: list[Event] = []
+        if adaptive is not None and drafter is not None:
+            if adaptive.observe(min(planned, max_draft), drafted, n_accepted, n_accepted + 1, t_end - t_start):
+                events.append(SpeculationChanged(self.speculation_state()))
+            stats.n_max = adaptive.k
         if n_accepted < drafted:
             tail = draft.tokens[n_accepted:]
             # The correction replaces the first rejected token; everything after it was never judged.
             events.append(DraftRejected(tuple(tail), self.target.detokenize(tail), step))
-        events.append(StepVerified(step, drafted, n_accepted, ignored, spec.n_max, base + n_accepted + 1))
+        events.append(StepVerified(step, drafted, n_accepted, ignored, self.n_max, base + n_accepted + 1))
         if drafted == 0:
             last_kind = TokenKind.TARGET
         elif n_accepted == drafted:

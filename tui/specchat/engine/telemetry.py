@@ -15,6 +15,7 @@ class ReplyStats:
     speculation_active: bool = False
     speculation_reason: str = ""
     n_max: int = 0
+    adaptive: bool = False
     prompt_tokens: int = 0
     prefill_tokens: int = 0
     generated: int = 0

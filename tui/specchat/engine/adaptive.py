@@ -1,0 +1,75 @@
+"""``n_max = "auto"``: choose the draft length from what the steps measurably cost and gain.
+
+Draft length follows Hugging Face's heuristic (+2 after a fully accepted draft, −1 after a rejection). Separately, the
+controller keeps exponential averages of the seconds each emitted token cost in speculative steps and in plain steps
+(it interleaves a plain calibration step now and then). When speculation costs more per token than plain decoding it
+switches itself off, and while off it probes with one speculative step every so often so it can switch back on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+K_START = 4
+K_MAX = 16
+SMOOTHING = 0.15  # weight of the newest observation in the running averages
+MIN_SPEC_OBSERVATIONS = 8  # speculative steps seen before judging
+CALIBRATE_EVERY = 32  # speculative steps between plain calibration steps
+PROBE_EVERY = 24  # plain steps between probes while switched off
+TOLERANCE = 1.03  # speculation must cost ≤ 3 % more per token than plain decoding to stay on
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else old + SMOOTHING * (new - old)
+
+
+@dataclass
+class AdaptiveDraftLength:
+    k: int = K_START
+    active: bool = True
+    plain_cost: float | None = None  # seconds per token of a plain step
+    spec_cost: float | None = None  # seconds per emitted token of a speculative step
+    spec_observations: int = 0
+    since_plain: int = 0
+    since_off: int = 0
+    reason: str = ""
+
+    def plan(self) -> int:
+        """Draft length for the next step; 0 means a plain step."""
+        if not self.active:
+            self.since_off += 1
+            return self.k if self.since_off % PROBE_EVERY == 0 else 0
+        if self.plain_cost is None or self.since_plain >= CALIBRATE_EVERY:
+            return 0
+        return self.k
+
+    def observe(self, planned: int, drafted: int, accepted: int, emitted: int, seconds: float) -> bool:
+        """Learn from a finished step; returns True when speculation was switched on or off by it."""
+        if drafted == 0:
+            self.plain_cost = _ema(self.plain_cost, seconds)
+            self.since_plain = 0
+        else:
+            self.spec_cost = _ema(self.spec_cost, seconds / emitted)
+            self.spec_observations += 1
+            self.since_plain += 1
+            if drafted == planned:  # a draft cut short (low confidence, no n-gram match) says nothing about k
+                self.k = min(self.k + 2, K_MAX) if accepted == drafted else max(self.k - 1, 1)
+        return self._judge()
+
+    def _judge(self) -> bool:
+        if self.plain_cost is None or self.spec_cost is None or self.spec_observations < MIN_SPEC_OBSERVATIONS:
+            return False
+        slower = self.spec_cost > self.plain_cost * TOLERANCE
+        if self.active and slower:
+            self.active = False
+            self.since_off = 0
+            self.reason = (
+                f"auto: speculation measured slower than plain decoding ({1 / self.spec_cost:.0f} vs"
+                f" {1 / self.plain_cost:.0f} tok/s); probing every {PROBE_EVERY} tokens"
+            )
+            return True
+        if not self.active and not slower:
+            self.active = True
+            self.reason = ""
+            return True
+        return False
