@@ -29,3 +29,20 @@ def write_vocab_gguf(path: Path, tokens: list[str], *, model: str = "gpt2", bos:
 
 def smollm_tokens(target: Path) -> list[str]:
     return list(read_metadata(target)["tokenizer.ggml.tokens"])
+
+
+def write_scrambled_copy(source: Path, destination: Path) -> Path:
+    """A loadable, vocabulary-compatible copy of ``source`` whose token embeddings are reversed row by row.
+
+    The output layer is tied to the embeddings in SmolLM2, so the copy reads and writes a permuted vocabulary:
+    a real llama.cpp model whose drafts the original target (almost) never accepts.
+    """
+    reader = gguf.GGUFReader(str(source))
+    embedding = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    rows = np.array(embedding.data)  # (n_vocab, bytes per row), a copy of the memory-mapped data
+    offset = int(embedding.data_offset)
+    del reader
+    data = bytearray(source.read_bytes())
+    data[offset : offset + rows.nbytes] = rows[::-1].tobytes()
+    destination.write_bytes(bytes(data))
+    return destination

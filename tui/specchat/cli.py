@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
-from . import __version__
+from . import __version__, profile_commands
 from .errors import SpecchatError
 
 ANSI = {
@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--json", action="store_true", help="one JSON object per line: tokens, rejected drafts, summary")
     ask.add_argument("--ghosts", action="store_true", help="show rejected draft tokens as struck-through ghost text")
     ask.add_argument("prompt", help="the message to answer")
+
+    profile_commands.add_parser(sub)
 
     chat = sub.add_parser("chat", help="an interactive chat in the terminal")
     _add_generation_options(chat)
@@ -171,7 +173,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
         engine.close()
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"ask": cmd_ask, "chat": cmd_chat}
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "ask": cmd_ask,
+    "chat": cmd_chat,
+    "profiles": profile_commands.run,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,11 +19,14 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.toml_document import TOMLDocument
 
+from . import models
 from .engine.config import METHODS, EngineConfig, ModelSpec, SpecConfig, default_threads
 from .engine.sampling import SamplingParams
 from .errors import ConfigError, SpecchatError
 
 DEFAULT_PROFILE = "tiny"
+# "mtp" is a valid profile method (multi-token prediction heads), but needs a backend specchat does not have yet.
+PROFILE_METHODS = (*METHODS, "mtp")
 
 
 def bundled_dir() -> Path:
@@ -62,17 +65,19 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "n_ctx": Key(int, 4096, "an integer ≥ 64", lambda v: v >= 64),
         "n_gpu_layers": Key(int, 0, "an integer ≥ -1 (-1 = all)", lambda v: v >= -1),
         "threads": Key(int, 0, "an integer ≥ 0 (0 = one per core)", lambda v: v >= 0),
+        "expected_size_gb": Key((int, float), None, "a size in GB > 0", lambda v: v > 0),
     },
     "draft": {
-        "method": Key(str, "none", f"one of {', '.join(METHODS)}", lambda v: v in METHODS),
+        "method": Key(str, "none", f"one of {', '.join(PROFILE_METHODS)}", lambda v: v in PROFILE_METHODS),
         "model": Key(str, None, "a GGUF path or model name"),
         "n_gpu_layers": Key(int, 0, "an integer ≥ -1 (-1 = all)", lambda v: v >= -1),
         "threads": Key(int, 0, "an integer ≥ 0 (0 = one per core)", lambda v: v >= 0),
-        "n_max": Key(int, 4, "an integer ≥ 1", lambda v: v >= 1),
+        "n_max": Key((int, str), 4, 'an integer ≥ 1 or "auto"', lambda v: v == "auto" or (_is_int(v) and v >= 1)),
         "n_min": Key(int, 0, "an integer ≥ 0", lambda v: v >= 0),
         "p_min": Key((int, float), 0.0, "a probability in [0, 1]", lambda v: 0 <= v <= 1),
         "ngram_min": Key(int, 2, "an integer ≥ 1", lambda v: v >= 1),
         "ngram_max": Key(int, 4, "an integer ≥ 1", lambda v: v >= 1),
+        "expected_size_gb": Key((int, float), None, "a size in GB > 0", lambda v: v > 0),
     },
     "sampling": {
         "temperature": Key((int, float), 0.0, "a number ≥ 0 (0 = greedy)", lambda v: v >= 0),
@@ -93,6 +98,11 @@ class Profile:
     path: Path | None
     values: dict[str, dict[str, Any]]
     document: TOMLDocument | None = None
+    description: str = ""
+
+    @property
+    def bundled(self) -> bool:
+        return self.path is not None and self.path.parent == bundled_dir()
 
     def get(self, section: str, key: str) -> Any:
         return self.values[section][key]
@@ -151,11 +161,24 @@ def parse_profile(source: str, path: Path | None = None, name: str | None = None
     draft = values["draft"]
     if draft["method"] == "draft" and draft["model"] is None:
         raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method 'draft' needs [draft] model — name a draft GGUF")
-    if draft["n_min"] > draft["n_max"]:
+    if draft["n_max"] != "auto" and draft["n_min"] > draft["n_max"]:
         raise ConfigError(f"{_where(path, source, 'draft', 'n_min')}: n_min {draft['n_min']} exceeds n_max {draft['n_max']}")
     if draft["ngram_min"] > draft["ngram_max"]:
         raise ConfigError(f"{_where(path, source, 'draft', 'ngram_min')}: ngram_min exceeds ngram_max")
-    return Profile(name or (path.stem if path else "profile"), path, values, document)
+    name = name or (path.stem if path else "profile")
+    # Presets open with "# name — summary"; the summary alone describes the profile.
+    description = re.sub(rf"^{re.escape(name)}\s*[—–-]+\s*", "", _description(source))
+    return Profile(name, path, values, document, description)
+
+
+def _description(source: str) -> str:
+    """The profile's first comment line, which presets use as their one-line summary."""
+    for line in source.splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+        if line.strip():
+            break
+    return ""
 
 
 def available_profiles() -> dict[str, Path]:
@@ -192,20 +215,9 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
 # -- models -----------------------------------------------------------------------------------------------------------
 
 
-def resolve_model(reference: str, profile: Profile) -> Path:
-    """A model reference as a file: ``embedded:target|draft``, or a path (absolute, ``~``, or relative)."""
-    from . import embedded  # deriving the demo draft loads llama.cpp's quantizer; only do it when asked to
-
-    if reference == "embedded:target":
-        return embedded.target_path()
-    if reference == "embedded:draft":
-        return embedded.draft_path()
-    path = Path(reference).expanduser()
-    if not path.is_absolute() and not path.exists() and profile.path is not None:
-        beside = profile.path.parent / path
-        if beside.exists():
-            return beside
-    return path
+def model_base(profile: Profile) -> Path | None:
+    """Relative model paths may also be relative to the profile's own folder."""
+    return profile.path.parent if profile.path is not None else None
 
 
 def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
@@ -219,6 +231,11 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
         values[section][key] = value
     target, draft, sampling = values["target"], values["draft"], values["sampling"]
     try:
+        if draft["method"] == "mtp":
+            raise ConfigError(
+                "method 'mtp' needs an engine with multi-token prediction (llama-server --spec-type draft-mtp);"
+                " specchat has no MTP backend yet — use a profile with method draft or ngram"
+            )
         spec = SpecConfig(
             method=draft["method"],
             n_max=draft["n_max"],
@@ -227,15 +244,17 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
             ngram_min=draft["ngram_min"],
             ngram_max=draft["ngram_max"],
         )
+        base = model_base(profile)
+        target_spec = ModelSpec(
+            models.resolve(target["model"], "target", base), target["n_gpu_layers"], target["threads"] or default_threads()
+        )
         draft_spec = None
         if spec.method == "draft":
             draft_spec = ModelSpec(
-                resolve_model(draft["model"], profile), draft["n_gpu_layers"], draft["threads"] or default_threads()
+                models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], draft["threads"] or default_threads()
             )
         return EngineConfig(
-            target=ModelSpec(
-                resolve_model(target["model"], profile), target["n_gpu_layers"], target["threads"] or default_threads()
-            ),
+            target=target_spec,
             draft=draft_spec,
             spec=spec,
             sampling=SamplingParams(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 K_START = 4
 K_MAX = 16
-SMOOTHING = 0.15  # weight of the newest observation in the running averages
+SMOOTHING = 0.1  # weight of the newest observation in the running averages
 MIN_SPEC_OBSERVATIONS = 8  # speculative steps seen before judging
 CALIBRATE_EVERY = 32  # speculative steps between plain calibration steps
 PROBE_EVERY = 24  # plain steps between probes while switched off
@@ -28,7 +28,8 @@ class AdaptiveDraftLength:
     k: int = K_START
     active: bool = True
     plain_cost: float | None = None  # seconds per token of a plain step
-    spec_cost: float | None = None  # seconds per emitted token of a speculative step
+    spec_seconds: float | None = None  # average seconds of a speculative step
+    spec_tokens: float | None = None  # average tokens a speculative step emits
     spec_observations: int = 0
     since_plain: int = 0
     since_off: int = 0
@@ -49,22 +50,33 @@ class AdaptiveDraftLength:
             self.plain_cost = _ema(self.plain_cost, seconds)
             self.since_plain = 0
         else:
-            self.spec_cost = _ema(self.spec_cost, seconds / emitted)
+            # Averaging time and tokens separately weighs each step by what it produced: one failed long draft
+            # must not outweigh several that paid off.
+            self.spec_seconds = _ema(self.spec_seconds, seconds)
+            self.spec_tokens = _ema(self.spec_tokens, emitted)
             self.spec_observations += 1
             self.since_plain += 1
             if drafted == planned:  # a draft cut short (low confidence, no n-gram match) says nothing about k
                 self.k = min(self.k + 2, K_MAX) if accepted == drafted else max(self.k - 1, 1)
         return self._judge()
 
+    @property
+    def spec_cost(self) -> float | None:
+        """Seconds per emitted token of speculative steps."""
+        if self.spec_seconds is None or not self.spec_tokens:
+            return None
+        return self.spec_seconds / self.spec_tokens
+
     def _judge(self) -> bool:
-        if self.plain_cost is None or self.spec_cost is None or self.spec_observations < MIN_SPEC_OBSERVATIONS:
+        spec_cost = self.spec_cost
+        if self.plain_cost is None or spec_cost is None or self.spec_observations < MIN_SPEC_OBSERVATIONS:
             return False
-        slower = self.spec_cost > self.plain_cost * TOLERANCE
+        slower = spec_cost > self.plain_cost * TOLERANCE
         if self.active and slower:
             self.active = False
             self.since_off = 0
             self.reason = (
-                f"auto: speculation measured slower than plain decoding ({1 / self.spec_cost:.0f} vs"
+                f"auto: speculation measured slower than plain decoding ({1 / spec_cost:.0f} vs"
                 f" {1 / self.plain_cost:.0f} tok/s); probing every {PROBE_EVERY} tokens"
             )
             return True

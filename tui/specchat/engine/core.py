@@ -392,6 +392,8 @@ class Engine:
         finally:
             text = "".join(reply.text) + reply.decoder.decode(b"", final=True)
             reason = finish or "cancelled"  # a consumer that stops iterating has cancelled the reply
+            final_state = self.speculation_state()
+            stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
             self.messages.append(Message("assistant", text, list(reply.tokens), reason))
             self._rendered += text
             stats.context_used = len(self.tokens)

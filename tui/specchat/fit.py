@@ -1,0 +1,110 @@
+"""Will a target/draft pair fit? The seeds' rule of thumb, from GGUF headers alone.
+
+needed = weights of both models + KV cache of each for n_ctx + a runtime margin (CUDA context, compute buffers).
+Weights are the file sizes; the KV cache is 2 (K and V) × layers × KV heads × head size × n_ctx × bytes per element,
+from the architecture metadata. Layers kept on the CPU (n_gpu_layers) are counted against RAM instead of VRAM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GB = 1e9
+KV_BYTES_PER_ELEMENT = 2  # llama.cpp's default f16 cache
+DEFAULT_MARGIN_GB = 2.0
+RAM_RESERVED_GB = 6.0  # what the OS and a desktop keep for themselves
+
+
+def kv_cache_bytes(meta: dict[str, Any], n_ctx: int, bytes_per_element: int = KV_BYTES_PER_ELEMENT) -> int:
+    arch = meta["general.architecture"]
+    n_layer = int(meta[f"{arch}.block_count"])
+    n_head = meta[f"{arch}.attention.head_count"]
+    n_head_kv = meta.get(f"{arch}.attention.head_count_kv", n_head)
+    n_embd = int(meta[f"{arch}.embedding_length"])
+    heads = n_head if isinstance(n_head, int) else max(n_head)
+    k_len = int(meta.get(f"{arch}.attention.key_length", n_embd // heads))
+    v_len = int(meta.get(f"{arch}.attention.value_length", k_len))
+    # Some architectures give KV heads per layer; a layer with 0 KV heads shares another layer's cache.
+    per_layer = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
+    return sum(int(h) * (k_len + v_len) for h in per_layer) * n_ctx * bytes_per_element
+
+
+def gpu_share(n_gpu_layers: int, n_layer: int | None) -> float:
+    """Fraction of a model on the GPU: -1 means all; the output layer counts as one more layer."""
+    if n_gpu_layers < 0:
+        return 1.0
+    if n_layer is None:
+        return 1.0 if n_gpu_layers > 0 else 0.0
+    return min(n_gpu_layers / (n_layer + 1), 1.0)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    role: str
+    name: str
+    weights: float | None  # bytes; None when neither the file nor expected_size_gb is known
+    kv: float | None  # bytes at the profile's n_ctx; None without the file's header
+    share: float  # fraction on the GPU
+    note: str = ""
+
+    @property
+    def total(self) -> float:
+        return (self.weights or 0.0) + (self.kv or 0.0)
+
+
+@dataclass(frozen=True)
+class FitReport:
+    models: list[Footprint]
+    vram: float
+    ram: float
+    margin: float
+
+    @property
+    def on_gpu(self) -> float:
+        return sum(m.total * m.share for m in self.models)
+
+    @property
+    def on_cpu(self) -> float:
+        return sum(m.total * (1 - m.share) for m in self.models)
+
+    @property
+    def uses_gpu(self) -> bool:
+        return any(m.share > 0 for m in self.models)
+
+    @property
+    def vram_left(self) -> float:
+        return self.vram - self.on_gpu - self.margin if self.uses_gpu else self.vram
+
+    @property
+    def complete(self) -> bool:
+        return all(m.weights is not None and m.kv is not None for m in self.models)
+
+    def verdicts(self) -> list[str]:
+        lines = []
+        if self.uses_gpu:
+            left = self.vram_left
+            if left >= 1 * GB:
+                lines.append(f"fits in {self.vram / GB:.0f} GB VRAM with {left / GB:.1f} GB to spare")
+            elif left >= 0:
+                lines.append(f"fits in {self.vram / GB:.0f} GB VRAM, but tight ({left / GB:.1f} GB to spare)")
+            else:
+                lines.append(
+                    f"does not fit in {self.vram / GB:.0f} GB VRAM: {-left / GB:.1f} GB over — lower n_gpu_layers or"
+                    " n_ctx, or pick a smaller quantization"
+                )
+        spill = self.on_cpu + max(-self.vram_left, 0.0) if self.uses_gpu else self.on_cpu + self.margin
+        if spill > 0:
+            usable = self.ram - RAM_RESERVED_GB * GB
+            where = "offloaded to RAM" if self.uses_gpu else "in RAM (CPU only)"
+            if spill > usable:
+                lines.append(
+                    f"RISK: {spill / GB:.1f} GB {where} exceeds the ~{usable / GB:.0f} GB free of {self.ram / GB:.0f} GB RAM"
+                )
+            elif self.uses_gpu:
+                lines.append(f"risk: {spill / GB:.1f} GB {where} slows every step (fits in {self.ram / GB:.0f} GB RAM)")
+            else:
+                lines.append(f"{spill / GB:.1f} GB {where}: fits in {self.ram / GB:.0f} GB RAM")
+        if not self.complete:
+            lines.append("incomplete: a model file is absent, so these figures are a lower bound")
+        return lines

@@ -1,0 +1,268 @@
+"""``specchat profiles …``: list, show, check, set and find drafts for speculation profiles."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomlkit
+from tomlkit.exceptions import ParseError
+
+from . import models
+from .engine.compat import check_pair
+from .engine.gguf_header import read_metadata
+from .errors import ConfigError, ModelError
+from .fit import DEFAULT_MARGIN_GB, GB, FitReport, Footprint, gpu_share, kv_cache_bytes
+from .profiles import (
+    SCHEMA,
+    Profile,
+    available_profiles,
+    bundled_dir,
+    load_profile,
+    model_base,
+    parse_profile,
+    user_dir,
+)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("profiles", help="list, show, check and edit speculation profiles")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    verbs.add_parser("list", help="every profile, bundled and your own")
+    show = verbs.add_parser("show", help="a profile's effective settings and where its models are")
+    show.add_argument("name")
+    check = verbs.add_parser("check", help="draft compatibility and memory fit, without loading weights")
+    check.add_argument("name")
+    check.add_argument("--vram-gb", type=float, default=12.0, help="GPU memory to fit in (default 12)")
+    check.add_argument("--ram-gb", type=float, default=16.0, help="system memory (default 16)")
+    check.add_argument("--margin-gb", type=float, default=DEFAULT_MARGIN_GB, help="runtime margin (default 2)")
+    setter = verbs.add_parser("set", help="change one key, keeping the file's comments")
+    setter.add_argument("name")
+    setter.add_argument("key", help="section.key, e.g. draft.n_max")
+    setter.add_argument("value", help='a TOML value: 3, 0.5, "auto", true, or a bare word')
+    drafts = verbs.add_parser("drafts", help="GGUFs that could draft for the profile's target, compatible first")
+    drafts.add_argument("name")
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"list": cmd_list, "show": cmd_show, "check": cmd_check, "set": cmd_set, "drafts": cmd_drafts}[args.verb](args)
+
+
+def _gb(value: float | None) -> str:
+    return "?" if value is None else f"{value / GB:.2f} GB"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+# -- list / show ------------------------------------------------------------------------------------------------------
+
+
+def cmd_list(_args: argparse.Namespace) -> int:
+    bundled = {p.stem for p in bundled_dir().glob("*.toml")}
+    rows = [["name", "source", "method", "n_max", "target", "draft", "about"]]
+    for name, path in available_profiles().items():
+        source = "bundled" if path.parent == bundled_dir() else ("user (overrides bundled)" if name in bundled else "user")
+        try:
+            p = load_profile(str(path))
+        except ConfigError as exc:
+            rows.append([name, source, "-", "-", "-", "-", f"INVALID: {exc}"])
+            continue
+        d = p.values["draft"]
+        rows.append([name, source, d["method"], str(d["n_max"]) if d["method"] != "none" else "-",
+                     p.values["target"]["model"], d["model"] or "-", p.description])
+    print(_table(rows))
+    return 0
+
+
+def _located(reference: str | None, profile: Profile) -> models.Located | None:
+    return None if reference is None else models.locate(reference, model_base(profile))
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    profile = load_profile(args.name)
+    print(f"profile {profile.name}: {profile.path}")
+    if profile.description:
+        print(f"  {profile.description}")
+    for section, keys in SCHEMA.items():
+        print(f"[{section}]")
+        explicit = (profile.document or {}).get(section, {})
+        for key in keys:
+            value = profile.values[section][key]
+            if value is None and key not in explicit:
+                continue
+            origin = "" if key in explicit else "   # default"
+            print(f"{key} = {tomlkit.item(value).as_string()}{origin}")
+    for role, section in (("target", "target"), ("draft", "draft")):
+        located = _located(profile.values[section]["model"], profile)
+        if located is not None:
+            where = str(located.path) if located.path else f"NOT FOUND — {located.missing_message(role)}"
+            print(f"{role} model: {where}")
+    return 0
+
+
+# -- check ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Model:
+    role: str
+    located: models.Located
+    meta: dict | None
+
+
+def _footprint(m: _Model, profile: Profile, section: str) -> Footprint:
+    values = profile.values[section]
+    n_ctx = profile.values["target"]["n_ctx"]
+    if m.meta is None:
+        expected = values.get("expected_size_gb")
+        note = "file absent" + (", size from expected_size_gb" if expected else "")
+        share = gpu_share(values["n_gpu_layers"], None)
+        return Footprint(m.role, m.located.reference, expected * GB if expected else None, None, share, note)
+    arch = m.meta.get("general.architecture")
+    n_layer = m.meta.get(f"{arch}.block_count")
+    return Footprint(m.role, m.located.path.name, float(m.meta["gguf.file_size"]), float(kv_cache_bytes(m.meta, n_ctx)),
+                     gpu_share(values["n_gpu_layers"], n_layer))
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    profile = load_profile(args.name)
+    method = profile.values["draft"]["method"]
+    failed = False
+    pair: list[tuple[_Model, str]] = []
+    for role in ("target", "draft"):
+        if role == "draft" and method not in ("draft", "mtp"):
+            continue
+        located = _located(profile.values[role]["model"], profile)
+        if located is None:
+            continue
+        meta = read_metadata(located.path) if located.path else None
+        pair.append((_Model(role, located, meta), role))
+        if located.path is None:
+            print(f"! {located.missing_message(role)}")
+    print(f"profile {profile.name}: method {method}, n_ctx {profile.values['target']['n_ctx']}")
+    if method == "mtp":
+        print("! MTP needs an engine with multi-token prediction (llama-server --spec-type draft-mtp); specchat has no"
+              " MTP backend yet, so this profile cannot be loaded for chatting")
+        failed = True
+
+    print("\n1. Draft compatibility (llama.cpp's rule, from the GGUF headers)")
+    models_found = [m for m, _ in pair]
+    if method != "draft":
+        print(f"   not applicable: method {method} uses no separate draft model" if method != "mtp" else
+              "   not applicable: MTP heads live inside the target")
+    elif len(models_found) == 2 and all(m.located.path for m in models_found):
+        problems = check_pair(models_found[0].located.path, models_found[1].located.path)
+        if problems:
+            failed = True
+            for problem in problems:
+                print(f"   ✗ {problem}")
+        else:
+            print("   ✓ compatible: same vocabulary type, BOS/EOS, vocabulary size within 128, identical tokens from id 5 on")
+    else:
+        print("   ? cannot check: a model file is absent")
+
+    report = FitReport([_footprint(m, profile, role) for m, role in pair], args.vram_gb * GB, args.ram_gb * GB,
+                       args.margin_gb * GB)
+    print(f"\n2. Memory fit ({args.vram_gb:g} GB VRAM, {args.ram_gb:g} GB RAM, KV cache f16)")
+    rows = [["model", "role", "weights", f"KV @ {profile.values['target']['n_ctx']}", "on GPU", "note"]]
+    for m in report.models:
+        rows.append([m.name, m.role, _gb(m.weights), _gb(m.kv), f"{m.share:.0%}", m.note])
+    rows.append(["runtime margin", "", _gb(report.margin), "", "", "CUDA context, compute buffers"])
+    if report.uses_gpu:
+        rows.append(["needed on GPU", "", _gb(report.on_gpu + report.margin), "", "", ""])
+        rows.append(["VRAM left", "", _gb(report.vram_left), "", "", ""])
+    else:
+        rows.append(["needed in RAM", "", _gb(report.on_cpu + report.margin), "", "", "CPU only: n_gpu_layers = 0"])
+    print("   " + _table(rows).replace("\n", "\n   "))
+    for verdict in report.verdicts():
+        print(f"   → {verdict}")
+        failed |= verdict.startswith(("does not fit", "RISK"))
+    return 1 if failed else 0
+
+
+# -- set ------------------------------------------------------------------------------------------------------------------
+
+
+def _parse_value(raw: str) -> object:
+    try:
+        return tomlkit.parse(f"v = {raw}")["v"]
+    except ParseError:
+        return raw  # a bare word such as a model file name
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    profile = load_profile(args.name)
+    section, _, key = args.key.partition(".")
+    if section not in SCHEMA or key not in SCHEMA[section]:
+        raise ConfigError(f"unknown key {args.key!r} — keys are section.key, e.g. draft.n_max, sampling.temperature")
+    assert profile.path is not None
+    document = tomlkit.parse(profile.path.read_text(encoding="utf-8"))
+    if section not in document:
+        document.add(section, tomlkit.table())
+    document[section][key] = _parse_value(args.value)
+    text = tomlkit.dumps(document)
+    # Edits to a bundled preset go to a user copy with the same name, which then overrides it.
+    destination = profile.path if not profile.bundled else user_dir() / profile.path.name
+    parse_profile(text, destination, profile.name)  # refuse to write an invalid profile
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    tmp = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, destination)
+    print(f"{profile.name}: {args.key} = {tomlkit.item(document[section][key]).as_string()}  ({destination})")
+    return 0
+
+
+# -- drafts ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraftCandidate:
+    path: Path
+    size: int
+    problems: tuple[str, ...]
+
+    @property
+    def compatible(self) -> bool:
+        return not self.problems
+
+
+def draft_candidates(target: Path, candidates: list[Path]) -> list[DraftCandidate]:
+    """GGUFs smaller than ``target``, compatible ones first (smallest first), each incompatible one with its rule."""
+    target_size = target.stat().st_size
+    found = []
+    for path in candidates:
+        if path.resolve() == target.resolve():
+            continue
+        size = path.stat().st_size
+        if size >= target_size:
+            continue
+        try:
+            problems = tuple(check_pair(target, path))
+        except ModelError as exc:
+            problems = (str(exc),)
+        found.append(DraftCandidate(path, size, problems))
+    return sorted(found, key=lambda c: (not c.compatible, c.size, c.path.name))
+
+
+def cmd_drafts(args: argparse.Namespace) -> int:
+    profile = load_profile(args.name)
+    located = _located(profile.values["target"]["model"], profile)
+    if located is None or located.path is None:
+        raise ModelError(located.missing_message("target") if located else "the profile names no target")
+    from . import embedded
+
+    pool = models.discover() + [embedded.draft_path()]
+    candidates = draft_candidates(located.path, pool)
+    print(f"drafts for {located.path.name} ({_gb(located.path.stat().st_size)}), from {len(pool)} GGUFs found:")
+    if not candidates:
+        print("  none smaller than the target — put GGUFs in one of: " + ", ".join(map(str, models.model_dirs())))
+    for c in candidates:
+        mark = "✓" if c.compatible else "✗"
+        why = "" if c.compatible else f" — {c.problems[0]}"
+        print(f"  {mark} {c.path.name:48} {_gb(c.size):>9}  {c.path.parent}{why}")
+    return 0
