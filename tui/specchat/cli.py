@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 from . import __version__, profile_commands
+from .bench import command as bench_command
 from .errors import SpecchatError
 
 ANSI = {
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("prompt", help="the message to answer")
 
     profile_commands.add_parser(sub)
+    bench_command.add_parser(sub)
 
     chat = sub.add_parser("chat", help="an interactive chat in the terminal")
     _add_generation_options(chat)
@@ -177,6 +179,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "ask": cmd_ask,
     "chat": cmd_chat,
     "profiles": profile_commands.run,
+    "bench": bench_command.run,
 }
 
 

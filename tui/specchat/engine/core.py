@@ -281,6 +281,12 @@ class Engine:
             rendered += message.content
         return tokens, rendered
 
+    def clear_cache(self) -> None:
+        """Empty the KV caches, so the next reply decodes its whole prompt (benchmarks time cold prompts)."""
+        self.ctx.truncate(0)
+        if self._draft is not None:
+            self._draft.ctx.truncate(0)
+
     def new_chat(self) -> None:
         """Start over with only the system prompt; the KV cache keeps whatever prefix still matches."""
         system = self.config.system_prompt

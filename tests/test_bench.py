@@ -1,0 +1,122 @@
+"""``specchat bench`` end to end on a small task file: a well-formed, internally consistent report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_bad_input import cli
+
+TWO_TASKS = """
+[[task]]
+name = "copy"
+kind = "copy"
+copy_heavy = true
+max_tokens = 20
+prompt = "Repeat exactly: alpha beta gamma delta epsilon zeta eta theta."
+
+[[task]]
+name = "chat"
+max_tokens = 20
+prompt = "Say hello to the team."
+history = [
+  { role = "user", content = "We are the night shift." },
+  { role = "assistant", content = "Nice to meet you, night shift!" },
+]
+"""
+
+
+@pytest.fixture
+def task_file(tmp_path) -> Path:
+    path = tmp_path / "tasks.toml"
+    path.write_text(TWO_TASKS)
+    return path
+
+
+def _bench(tmp_path: Path, *args: str):
+    out = tmp_path / "report.json"
+    result = cli("bench", "--repeat", "1", "--json", str(out), *args)
+    report = json.loads(out.read_text()) if out.exists() else None
+    return result, report
+
+
+def _check_specchat_rows(report: dict) -> None:
+    runs = [r for r in report["runs"] if r["runner"].startswith("specchat")]
+    assert len(runs) == 2 * 2 * 2  # tasks × (warm-up + 1 repetition) × (speculation, plain)
+    rows = {(r["task"], r["runner"]): r for r in report["summary"]}
+    for task in ("copy", "chat"):
+        spec, plain = rows[(task, "specchat draft")], rows[(task, "specchat none")]
+        measured = {r["runner"]: r for r in runs if r["task"] == task and r["rep"] == 0}
+        a, b = measured["specchat draft"], measured["specchat none"]
+        assert spec["decode_tps_median"] == a["decode_tps"] and plain["decode_tps_median"] == b["decode_tps"]
+        assert spec["speedup"] == pytest.approx(a["decode_tps"] / b["decode_tps"])
+        assert spec["speedup_total"] == pytest.approx(b["total"] / a["total"])
+        assert spec["drafted"] == a["drafted"] > 0 and spec["accepted"] == a["accepted"] <= a["drafted"]
+        assert spec["acceptance_rate"] == pytest.approx(a["accepted"] / a["drafted"])
+        assert a["tokens"] == b["tokens"] and spec["same_output"] is True  # greedy: identical output
+        assert plain["drafted"] is None and plain["speedup"] is None
+        for run in (a, b):
+            assert run["ttft"] > 0 and run["total"] >= run["ttft"] and run["generated"] == len(run["tokens"])
+            assert run["peak_rss"] > 50e6  # at least the models' weights
+    assert report["output_changed"] == []
+    assert report["profile"]["name"] == "tiny" and report["machine"]["cores"] >= 1
+
+
+def test_bench_without_peers(tmp_path, task_file):
+    plot = tmp_path / "plot.svg"
+    result, report = _bench(tmp_path, "--tasks", str(task_file), "--plot", str(plot))
+    assert result.returncode == 0, result.stderr
+    _check_specchat_rows(report)
+    assert "[1/2] copy" in result.stderr and "run 1/1" in result.stderr  # progress while it runs
+    assert "specchat draft" in result.stdout and "decode tok/s" in result.stdout
+    assert plot.read_text().lstrip().startswith("<?xml") and "<svg" in plot.read_text()
+    # The chat task carried its history: its prompt is longer than the copy task's.
+    prefill = {r["task"]: r["extra"]["prefill_tokens"] for r in report["runs"] if r["rep"] == 0}
+    assert prefill["chat"] > prefill["copy"] - 10
+
+
+def test_bench_with_a_peer(tmp_path, task_file):
+    result, report = _bench(tmp_path, "--tasks", str(task_file), "--peers", "llama-cpp-python")
+    assert result.returncode == 0, result.stderr
+    _check_specchat_rows(report)
+    peer_rows = [r for r in report["summary"] if r["runner"] == "llama-cpp-python"]
+    assert {r["task"] for r in peer_rows} == {"copy", "chat"}
+    base = {r["task"]: r for r in report["summary"] if r["runner"] == "specchat none"}
+    for row in peer_rows:
+        assert row["speedup"] == pytest.approx(row["decode_tps_median"] / base[row["task"]]["decode_tps_median"])
+        assert isinstance(row["same_output"], bool)
+    assert len([r for r in report["runs"] if r["runner"] == "llama-cpp-python"]) == 4  # 2 tasks × (warm-up + 1)
+
+
+def test_unknown_task_file_is_one_clear_line(tmp_path):
+    result, report = _bench(tmp_path, "--tasks", str(tmp_path / "nope.toml"))
+    assert result.returncode == 2 and report is None
+    assert result.stderr.strip() == f"specchat: error: task file not found: {tmp_path / 'nope.toml'} — give a TOML file with [[task]] tables, or omit --tasks"
+
+
+def test_malformed_task_is_skipped_with_one_line(tmp_path, task_file):
+    task_file.write_text(TWO_TASKS + '\n[[task]]\nname = "bad"\nmax_tokens = -4\nprompt = "x"\n')
+    result, report = _bench(tmp_path, "--tasks", str(task_file))
+    assert result.returncode == 0
+    assert "skipped:" in result.stderr and "task bad: max_tokens must be an integer ≥ 1, got -4" in result.stderr
+    assert {r["task"] for r in report["summary"]} == {"copy", "chat"}
+    assert any("task bad" in e for e in report["errors"])
+
+
+@pytest.mark.parametrize(("binary", "message"), [("/nonexistent/llama-server", "not found"), ("/bin/false", "exited at start (code 1)")])
+def test_broken_peer_binary_is_one_line_and_the_bench_goes_on(tmp_path, task_file, binary, message):
+    result, report = _bench(tmp_path, "--tasks", str(task_file), "--peers", f"llama-server={binary}")
+    assert result.returncode == 0, result.stderr
+    peer_lines = [line for line in result.stderr.splitlines() if line.startswith("peer skipped")]
+    assert len(peer_lines) == 1 and message in peer_lines[0]
+    _check_specchat_rows(report)
+    assert [e for e in report["errors"] if message in e]
+
+
+def test_bad_bench_arguments(tmp_path, task_file):
+    bad_plot = cli("bench", "--tasks", str(task_file), "--plot", str(tmp_path / "x.txt"))
+    assert bad_plot.returncode == 2 and "--plot must end in .png or .svg" in bad_plot.stderr
+    bad_peer = cli("bench", "--peers", "ollama")
+    assert bad_peer.returncode == 2 and "unknown peer 'ollama'" in bad_peer.stderr
