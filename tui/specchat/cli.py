@@ -47,9 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     profile_commands.add_parser(sub)
     bench_command.add_parser(sub)
 
-    chat = sub.add_parser("chat", help="an interactive chat in the terminal")
-    _add_generation_options(chat)
-    chat.add_argument("--ghosts", action="store_true", help="show rejected draft tokens as ghost text")
+    chat = sub.add_parser("chat", help="the chat app (also what plain `specchat` opens)")
+    chat.add_argument("--profile", default="tiny", help="profile name or TOML path (default: tiny)")
     return parser
 
 
@@ -156,23 +155,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    engine = open_engine(args)
-    print("specchat — type a message, Enter to send, Ctrl-C stops a reply, Ctrl-D quits.", file=sys.stderr)
-    try:
-        while True:
-            try:
-                prompt = input("\n> ")
-            except EOFError:
-                return 0
-            except KeyboardInterrupt:
-                return 0
-            if prompt.strip():
-                try:
-                    _run_reply(engine, prompt, args, as_json=False)
-                except SpecchatError as exc:
-                    print(f"specchat: {exc}", file=sys.stderr)
-    finally:
-        engine.close()
+    from .app.chat_app import make_app
+    from .app.settings import Settings
+
+    make_app(Settings(profile=args.profile)).run()
+    return 0
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -43,7 +43,11 @@ def _parse_peers(text: str) -> list[tuple[str, str | None]]:
             chosen.append((name, value or None))
         else:
             raise ConfigError(f"unknown peer {name!r} — choose from {', '.join(PEERS)} or all")
-    return list(dict.fromkeys(chosen))
+    # A peer named twice (e.g. "all,llama-server=PATH") runs once, with the path it was given.
+    merged: dict[str, str | None] = {}
+    for name, value in chosen:
+        merged[name] = value or merged.get(name)
+    return list(merged.items())
 
 
 def _progress(message: str) -> None:

@@ -281,6 +281,23 @@ class Engine:
             rendered += message.content
         return tokens, rendered
 
+    def measure_plain_step(self, samples: int = 5) -> float | None:
+        """Seconds of one plain single-token step of the target, measured at the end of the cache and undone.
+
+        This is the reference a live speed-up is compared against: plain decoding of the same target, right now.
+        """
+        keep = len(self.ctx.cached)
+        if keep + 1 >= self.ctx.n_ctx:
+            return None
+        token = self.tokens[-1] if self.tokens else self.target.bos
+        times = []
+        for _ in range(samples):
+            start = perf_counter()
+            self.ctx.decode([token])
+            times.append(perf_counter() - start)
+            self.ctx.truncate(keep)
+        return sorted(times)[len(times) // 2]
+
     def clear_cache(self) -> None:
         """Empty the KV caches, so the next reply decodes its whole prompt (benchmarks time cold prompts)."""
         self.ctx.truncate(0)

@@ -1,0 +1,287 @@
+"""The real Textual app over the real bundled model pair, driven through Pilot."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from textual import events
+
+from specchat.app.chat_app import SpecchatApp, make_app
+from specchat.app.screens import ABScreen, HelpScreen, ProfileScreen
+from specchat.app.settings import Settings
+from specchat.app.widgets.prompt import PromptInput
+from specchat.app.widgets.reply import ReplyView
+from specchat.store import Store
+
+SIZE = (140, 45)
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for var in ("SPECCHAT_MODEL_DIRS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def settings(tmp_path, draft_path, monkeypatch) -> Settings:
+    # The embedded draft lives in the user cache; reuse the session's copy instead of deriving it again.
+    cache = tmp_path / "home" / ".cache" / "specchat"
+    cache.mkdir(parents=True)
+    for f in draft_path.parent.glob(draft_path.name + "*"):
+        shutil.copy(f, cache / f.name)
+    return Settings(db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml", exports=tmp_path / "exports",
+                    max_tokens=48)
+
+
+async def wait_until(pilot, condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.05)
+
+
+async def ready(pilot) -> SpecchatApp:
+    app = pilot.app
+    await wait_until(pilot, lambda: app.engine is not None and app.busy is None)
+    return app
+
+
+async def ask(pilot, text: str) -> ReplyView:
+    app = pilot.app
+    prompt = app.query_one(PromptInput)
+    prompt.load_text(text)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.busy is None and app._last_reply is not None and app._last_reply.finish_reason)
+    return app._last_reply
+
+
+def plain_text(widget) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(widget.content)
+    return console.export_text()
+
+
+def sidebar_text(app: SpecchatApp) -> str:
+    return " ".join(plain_text(w) for w in app.sidebar.query("Static"))
+
+
+async def test_reply_streams_in_colour_with_live_telemetry(settings):
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        view = await ask(pilot, "List three fruits.")
+        kinds = {kind for _, kind in view.segments}
+        assert {"accepted", "corrected"} <= kinds  # the Q2_K self-draft is right about half the time
+        assert view.text == app.engine.messages[-1].content
+        t = app.telemetry
+        assert t.reply.drafted > 0 and 0 < t.reply.accepted < t.reply.drafted
+        assert t.plain_tps and t.ttft is not None and t.n_ctx == 4096
+        text = sidebar_text(app)
+        assert "ACTIVE" in text and f"reply {t.reply.rate:.0%}" in text and f"{t.reply.drafted}" in text
+        assert "no GPU" in text and "target weights" in text and "/ 4096" in text
+        # The body is coloured segment by segment.
+        styles = {str(span.style) for span in view.body.content.spans}
+        assert "green" in styles and "#ffaf00" in styles
+
+
+async def test_escape_cancels_and_keeps_the_partial_reply(settings):
+    settings.max_tokens = 400
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        app.query_one(PromptInput).load_text("Write a very long story about a dragon and a knight.")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app._last_reply is not None and len(app._last_reply.segments) >= 8)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.busy is None)
+        view = app._last_reply
+        assert view.finish_reason == "cancelled" and 8 <= len(view.segments) < 400
+        assert "cancelled" in plain_text(view.status_line)
+        assert app.engine.messages[-1].finish_reason == "cancelled"
+        stored = Store(settings.db_path).messages(app.conversation_id)
+        assert stored[-1].finish_reason == "cancelled" and stored[-1].content == view.text
+        follow = await ask(pilot, "Shorter, please.")  # the chat goes on from the kept partial reply
+        assert follow.finish_reason in ("stop", "length")
+
+
+async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_path):
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    shutil.copy(draft_path, shelf / "another-draft.gguf")
+    monkeypatch.setenv("SPECCHAT_MODEL_DIRS", str(shelf))
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "Name a colour.")
+        target, cache = app.engine.target, list(app.engine.ctx.cached)
+
+        # Parameter-only: the ngram preset keeps the same target and context size.
+        await pilot.press("f2")
+        assert isinstance(app.screen, ProfileScreen)
+        profiles = app.screen.query_one("#profile-list")
+        profiles.highlighted = next(i for i in range(profiles.option_count) if profiles.get_option_at_index(i).id == "profile:ngram")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
+        assert app.engine.config.spec.method == "ngram" and app.engine.target is target
+        assert app.engine.ctx.cached[: len(cache)] == cache  # the target kept its KV cache
+        second = await ask(pilot, "And another one?")
+        assert second.finish_reason
+
+        # A draft model from the picker's draft list: only the draft loads.
+        await pilot.press("f2")
+        drafts = app.screen.query_one("#draft-list")
+        index = next(i for i in range(drafts.option_count) if "another-draft" in str(drafts.get_option_at_index(i).id))
+        drafts.focus()
+        drafts.highlighted = index
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None and app.engine.draft_model is not None)
+        assert app.engine.draft_model.path.name == "another-draft.gguf" and app.engine.target is target
+        assert any("draft reloaded" in str(n.message) for n in app._notifications)
+
+        # A profile whose models are missing: one message, the previous profile stays.
+        app.start_load("qwen3-8b-1.7b")
+        await wait_until(pilot, lambda: app.busy is None)
+        assert app.engine.target is target and app.profile.name == "ngram"
+        assert any("not found" in str(n.message) for n in app._notifications)
+        assert (await ask(pilot, "Still working?")).finish_reason
+
+
+async def test_restart_finds_the_chat_with_its_colours_and_exports(settings):
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        first = await ask(pilot, "Name two planets.")
+        segments, tokens = list(first.segments), list(first.tokens)
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        views = list(app.query(ReplyView))
+        assert len(views) == 1 and views[0].segments == segments
+        assert app.engine.messages[-1].tokens == tokens  # the engine resumed with the generated tokens
+        await pilot.press("ctrl+e")
+        await pilot.pause(0.2)
+        exported = sorted(settings.exports.iterdir())
+        assert [p.suffix for p in exported] == [".json", ".md"]
+        data = json.loads(exported[0].read_text())
+        reply = data["messages"][-1]
+        assert [tuple(s) for s in reply["segments"]] == segments and reply["telemetry"]["drafted"] > 0
+        assert "Name two planets." in exported[1].read_text()
+
+
+async def test_ab_compare_reruns_without_speculation(settings):
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "What is two plus two?")
+        await pilot.press("ctrl+b")
+        await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
+        result = app.screen.result
+        assert result.identical is True  # greedy: speculation never changes the output
+        assert result.plain["method"] == "none" and result.plain["decode_tps"]
+        assert result.spec["method"] == "draft" and result.spec["drafted"] > 0
+        assert app.engine.config.spec.method == "draft"  # the profile is back as it was
+        assert app.telemetry.plain_source == "A/B plain run"
+
+
+async def test_help_lists_every_binding_and_keys_can_be_remapped(settings):
+    settings.keymap.write_text('[keys]\nab_compare = "ctrl+t"\nhelp = "f10"\n')
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await pilot.press("f10")
+        assert isinstance(app.screen, HelpScreen)
+        help_text = plain_text(app.screen.query("Static").first())
+        for binding_id in ("cancel", "profiles", "toggle_ghosts", "ab_compare", "send", "newline", "history_previous"):
+            assert binding_id in help_text
+        assert "ctrl+t" in help_text and "f10" in help_text
+        await pilot.press("escape")
+        await ask(pilot, "Say yes.")
+        await pilot.press("ctrl+t")
+        await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
+
+
+async def test_prompt_input_keys(settings):
+    settings.autoload = False
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        prompt = app.query_one(PromptInput)
+        await pilot.press("h", "i", "ctrl+j", "y", "o")
+        assert prompt.text == "hi\nyo"
+        await pilot.press("enter")  # no model loaded: the text stays, with a message
+        assert prompt.text == "hi\nyo"
+        prompt.clear()
+        await pilot.press("enter")  # an empty prompt sends nothing
+        assert not list(app.query(ReplyView)) and app.busy is None
+        prompt.prompts = ["first", "second"]
+        prompt._recall = 2
+        await pilot.press("up")
+        assert prompt.text == "second"
+        await pilot.press("up")
+        assert prompt.text == "first"
+        await pilot.press("down")
+        assert prompt.text == "second"
+        prompt.post_message(events.Paste("x" * (settings.max_paste_chars + 1)))
+        await pilot.pause(0.1)
+        assert prompt.text == "second"
+        assert any("paste of" in str(n.message) for n in app._notifications)
+
+
+async def test_narrow_terminal_collapses_the_sidebar(settings):
+    async with make_app(settings).run_test(size=(70, 30)) as pilot:
+        app = await ready(pilot)
+        assert not app.sidebar.display
+        view = await ask(pilot, "Hi!")
+        assert view.segments
+        await pilot.resize_terminal(140, 40)
+        await pilot.pause(0.1)
+        assert app.sidebar.display
+
+
+async def test_corrupt_database_keeps_chatting_in_memory(settings):
+    settings.db_path.write_bytes(b"this is not a sqlite database" * 100)
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        assert app.store is None
+        assert any("chatting in memory, nothing is saved" in str(n.message) for n in app._notifications)
+        assert (await ask(pilot, "Hello?")).segments
+
+
+async def test_unwritable_database_location(settings, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the data dir should be")
+    settings.db_path = blocker / "chats.sqlite3"
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        assert app.store is None
+        assert (await ask(pilot, "Hello?")).segments
+
+
+def test_app_runs_in_a_real_terminal_session(settings):
+    """`specchat chat` starts the app in a real terminal and Ctrl+Q quits it."""
+    import subprocess
+    import sys
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    session = f"specchat-test-{time.time_ns()}"
+    command = f"XDG_CONFIG_HOME={settings.keymap.parent} {sys.executable} -m specchat chat; sleep 30"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "140", "-y", "40", command], check=True)
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "accepted draft" not in screen():
+            time.sleep(0.3)
+        assert "accepted draft" in screen() and "Quit" in screen()
+        subprocess.run(["tmux", "send-keys", "-t", session, "C-q"], check=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "accepted draft" in screen():
+            time.sleep(0.3)
+        after = screen()
+        assert "accepted draft" not in after and "Traceback" not in after
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

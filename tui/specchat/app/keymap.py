@@ -1,0 +1,66 @@
+"""Key bindings: every one has an id, a description and a tooltip, and can be remapped in keymap.toml.
+
+keymap.toml maps binding ids to keys, e.g. ``cancel = "escape,ctrl+c"``; ``specchat`` shows the ids in its F1 help.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tomlkit
+from textual.binding import Binding
+from tomlkit.exceptions import ParseError
+
+from ..errors import ConfigError
+
+APP_BINDINGS = [
+    Binding("ctrl+q", "quit", "Quit", id="quit", tooltip="Leave specchat (chats are already saved)", priority=True),
+    Binding("escape", "cancel", "Cancel", id="cancel", tooltip="Stop the reply being generated; it is kept, marked cancelled"),
+    Binding("f1", "help", "Help", id="help", tooltip="Every key binding, and where to remap them"),
+    Binding("f2", "profiles", "Profiles", id="profiles", tooltip="Switch profile or draft model, reloading only what changed"),
+    Binding("f3", "toggle_markdown", "Markdown", id="toggle_markdown", tooltip="Show the last reply as rendered Markdown or by provenance"),
+    Binding("ctrl+g", "toggle_ghosts", "Ghosts", id="toggle_ghosts", tooltip="Show rejected draft tokens as struck-through ghost text"),
+    Binding("ctrl+b", "ab_compare", "A/B", id="ab_compare", tooltip="Rerun the last prompt without speculation and compare"),
+    Binding("ctrl+r", "regenerate", "Regenerate", id="regenerate", tooltip="Answer the last prompt again"),
+    Binding("ctrl+y", "copy_reply", "Copy reply", id="copy_reply", tooltip="Copy the last reply to the clipboard"),
+    Binding("ctrl+k", "copy_code", "Copy code", id="copy_code", tooltip="Copy the last code block of the last reply"),
+    Binding("ctrl+n", "new_chat", "New chat", id="new_chat", tooltip="Start a new conversation"),
+    Binding("ctrl+l", "conversations", "Chats", id="conversations", tooltip="Open, rename, delete or export conversations"),
+    Binding("ctrl+e", "export", "Export", id="export", tooltip="Export this chat to Markdown and JSON"),
+    Binding("ctrl+s", "system_prompt", "System", id="system_prompt", tooltip="Edit this chat's system prompt"),
+]
+
+INPUT_BINDINGS = [
+    Binding("enter", "submit", "Send", id="send", tooltip="Send the message", show=False),
+    Binding("ctrl+j", "newline", "Newline", id="newline", tooltip="Insert a line break (also Alt+Enter)", show=False),
+    Binding("alt+enter", "newline", "Newline", id="newline_alt", tooltip="Insert a line break", show=False),
+    Binding("up", "history_previous", "Earlier prompt", id="history_previous", tooltip="Recall an earlier prompt (on the first line)", show=False),
+    Binding("down", "history_next", "Later prompt", id="history_next", tooltip="Recall a later prompt (on the last line)", show=False),
+]
+
+# App shortcuts outrank the prompt's editing keys (TextArea also uses ctrl+e, ctrl+k, ctrl+y): they are global.
+APP_BINDINGS = [
+    Binding(b.key, b.action, b.description, show=b.show, id=b.id, tooltip=b.tooltip, priority=b.key != "escape")
+    for b in APP_BINDINGS
+]
+ALL_BINDINGS = APP_BINDINGS + INPUT_BINDINGS
+
+
+def load_keymap(path: Path) -> dict[str, str]:
+    """Binding id → keys from the user's keymap file; absent file means no changes."""
+    if not path.is_file():
+        return {}
+    try:
+        document = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
+    except (OSError, ParseError) as exc:
+        raise ConfigError(f"{path}: cannot read the keymap ({exc}) — fix or delete the file") from None
+    table = document.get("keys", document)
+    known = {b.id for b in ALL_BINDINGS}
+    keymap = {}
+    for binding_id, keys in table.items():
+        if binding_id not in known:
+            raise ConfigError(f"{path}: unknown binding id {binding_id!r} — see F1 for the ids")
+        if not isinstance(keys, str) or not keys.strip():
+            raise ConfigError(f"{path}: {binding_id} must be a key string such as \"ctrl+x\"")
+        keymap[binding_id] = keys
+    return keymap

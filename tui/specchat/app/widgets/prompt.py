@@ -1,0 +1,75 @@
+"""The multi-line prompt: Enter sends, Ctrl+J (or Alt+Enter) inserts a newline, Up/Down recall earlier prompts."""
+
+from __future__ import annotations
+
+from textual import events
+from textual.message import Message
+from textual.widgets import TextArea
+
+from ..keymap import INPUT_BINDINGS
+
+
+class PromptInput(TextArea):
+    BINDINGS = INPUT_BINDINGS
+
+    class Submitted(Message):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    class PasteRefused(Message):
+        def __init__(self, size: int, limit: int) -> None:
+            super().__init__()
+            self.size, self.limit = size, limit
+
+    def __init__(self, *, max_paste: int, **kwargs) -> None:
+        super().__init__(id="prompt", soft_wrap=True, show_line_numbers=False, **kwargs)
+        self.cursor_blink = False
+        self.prompts: list[str] = []
+        self._recall = 0
+        self._max_paste = max_paste
+
+    def action_submit(self) -> None:
+        text = self.text
+        if not text.strip():
+            return  # an empty prompt sends nothing
+        self.prompts.append(text)
+        self._recall = len(self.prompts)
+        self.clear()
+        self.post_message(self.Submitted(text))
+
+    def action_newline(self) -> None:
+        self.insert("\n")
+
+    def action_history_previous(self) -> None:
+        if self.cursor_location[0] > 0 or not self.prompts:
+            self.action_cursor_up()
+            return
+        self._recall = max(self._recall - 1, 0)
+        self._show(self.prompts[self._recall])
+
+    def action_history_next(self) -> None:
+        if self.cursor_location[0] < self.document.line_count - 1 or not self.prompts:
+            self.action_cursor_down()
+            return
+        self._recall = min(self._recall + 1, len(self.prompts))
+        self._show(self.prompts[self._recall] if self._recall < len(self.prompts) else "")
+
+    def _show(self, text: str) -> None:
+        self.load_text(text)
+        self.move_cursor(self.document.end)
+
+    async def _on_key(self, event: events.Key) -> None:
+        # TextArea's own handler (dispatched after this one) turns Enter into a newline; a key bound here, after
+        # any keymap, skips it and reaches its binding instead.
+        active = self.screen.active_bindings.get(event.key)
+        if active is not None and active.node is self:
+            event.prevent_default()
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        if len(event.text) > self._max_paste:
+            event.prevent_default()
+            event.stop()
+            self.post_message(self.PasteRefused(len(event.text), self._max_paste))
+            return
+        await super()._on_paste(event)
