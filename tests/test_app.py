@@ -274,7 +274,7 @@ def test_app_runs_in_a_real_terminal_session(settings):
 
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "accepted draft" not in screen():
+        while time.monotonic() < deadline and not ("accepted draft" in screen() and "Quit" in screen()):
             time.sleep(0.3)
         assert "accepted draft" in screen() and "Quit" in screen()
         subprocess.run(["tmux", "send-keys", "-t", session, "C-q"], check=True)

@@ -96,7 +96,8 @@ def render_events(events: Iterable[Any], out: TextIO, *, color: bool, ghosts: bo
     for event in events:
         if isinstance(event, TokenEmitted):
             if as_json:
-                row = {"type": "token", "text": event.text, "token": event.token, "kind": event.kind.value, "step": event.step}
+                row = {"type": "token", "text": event.text, "token": event.token, "kind": event.kind.value,
+                       "step": event.step, "elapsed": round(event.elapsed, 6)}
                 out.write(json.dumps(row) + "\n")
             elif color and ANSI[event.kind]:
                 out.write(ANSI[event.kind] + event.text + ANSI["reset"])

@@ -14,12 +14,11 @@ import threading
 import time
 from pathlib import Path
 
-from textual import on, work
+from textual import on
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Static
-from textual.worker import get_current_worker
 
 from ..engine import Engine, EngineConfig, ModelSpec, ReplyFinished
 from ..engine.core import Message as ChatMessage
@@ -27,7 +26,8 @@ from ..errors import SpecchatError
 from ..profiles import Profile, engine_config, load_profile
 from ..store import Store, StoredMessage, StoreError
 from ..telemetry.live import LiveTelemetry
-from ..telemetry.memory import gpu_memory, peak_rss_bytes, reset_peak_rss, rss_bytes
+from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
+from .engine_thread import EngineThread, lower_ui_priority
 from .keymap import APP_BINDINGS, load_keymap
 from .screens import ABResult, ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
 from .settings import Settings
@@ -35,8 +35,9 @@ from .widgets.prompt import PromptInput
 from .widgets.reply import ReplyView, UserMessage, legend
 from .widgets.sidebar import MemorySnapshot, ProfileInfo, Sidebar
 
-FRAME_S = 1 / 60  # token rendering is batched to at most one update per frame
-SIDEBAR_REFRESH_S = 0.25
+# On a CPU the UI competes with llama.cpp's threads for the same cores: every redraw costs decode speed. Tokens and
+# the sidebar are therefore refreshed together, four times a second, from the worker's batches.
+FRAME_S = 0.25
 
 
 class SpecchatApp(App):
@@ -70,7 +71,7 @@ class SpecchatApp(App):
     def __init__(self, settings: Settings | None = None) -> None:
         super().__init__()
         self.settings = settings or Settings()
-        self.telemetry = LiveTelemetry(clock=self.settings.clock)
+        self.telemetry = LiveTelemetry()
         self.engine: Engine | None = None
         self.profile: Profile | None = None
         self.store: Store | None = None
@@ -84,6 +85,7 @@ class SpecchatApp(App):
         self._engine_lock = threading.Lock()
         self._last_reply: ReplyView | None = None
         self.memory_snapshot: MemorySnapshot | None = None
+        self.engine_thread = EngineThread()
 
     # -- layout ------------------------------------------------------------------------------------------------------
 
@@ -105,6 +107,8 @@ class SpecchatApp(App):
         return self.query_one(Sidebar)
 
     def on_mount(self) -> None:
+        self.engine_thread.start()
+        lower_ui_priority()
         try:
             self.set_keymap(load_keymap(self.settings.keymap))
         except SpecchatError as exc:
@@ -120,8 +124,7 @@ class SpecchatApp(App):
             if chats:
                 self.open_conversation(chats[0].id)
         if self.settings.autoload and self.profile is not None:
-            self.load_profile_worker(self.profile.name)
-        self.set_interval(SIDEBAR_REFRESH_S, self._tick)
+            self.start_load(str(self.profile.path))
         self.query_one(PromptInput).focus()
         self._apply_width(self.size.width)
         self.refresh_sidebar()
@@ -133,9 +136,6 @@ class SpecchatApp(App):
         # A narrow terminal keeps the chat usable: the sidebar collapses instead of squeezing it.
         self.sidebar.display = width >= self.settings.sidebar_min_width
 
-    def _tick(self) -> None:
-        if self.busy == "generating":
-            self.refresh_sidebar()
 
     def refresh_sidebar(self) -> None:
         profile = ProfileInfo(
@@ -151,7 +151,7 @@ class SpecchatApp(App):
             sizes["target"] = self.engine.target.path.stat().st_size
             if self.engine.draft_model is not None:
                 sizes["draft"] = self.engine.draft_model.path.stat().st_size
-        self.memory_snapshot = MemorySnapshot(gpu_memory(), rss_bytes(), sizes)
+        self.memory_snapshot = MemorySnapshot(*self.settings.memory(), sizes)
 
     # -- storage -----------------------------------------------------------------------------------------------------
 
@@ -208,7 +208,6 @@ class SpecchatApp(App):
 
     # -- loading -------------------------------------------------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="load")
     def load_profile_worker(self, name: str, draft: Path | None = None) -> None:
         try:
             profile = load_profile(name)
@@ -237,9 +236,9 @@ class SpecchatApp(App):
             self.notify("wait for the reply to finish (or press Esc) before switching profiles", severity="warning")
             return
         self.busy = "loading"
-        self.status = f"loading {name}…"
+        self.status = f"loading {Path(name).stem}…"
         self.refresh_sidebar()
-        self.load_profile_worker(name, draft)
+        self.engine_thread.submit(lambda: self.load_profile_worker(name, draft))
 
     def on_specchat_app_profile_loaded(self, message: ProfileLoaded) -> None:
         self.busy = None
@@ -301,11 +300,9 @@ class SpecchatApp(App):
         self.chat.scroll_end(animate=False)
         self.busy = "generating"
         self._cancel.clear()
-        self.generate(text)
+        self.engine_thread.submit(lambda: self.generate(text))
 
-    @work(thread=True, exclusive=True, group="generate")
     def generate(self, text: str) -> None:
-        worker = get_current_worker()
         pending: list[object] = []
         last_post = time.monotonic()
         with self._engine_lock:
@@ -313,7 +310,7 @@ class SpecchatApp(App):
             reset_peak_rss()
             try:
                 for event in self.engine.reply(text, max_tokens=self.settings.max_tokens,
-                                               should_stop=lambda: self._cancel.is_set() or worker.is_cancelled):
+                                               should_stop=self._cancel.is_set):
                     pending.append(event)
                     now = time.monotonic()
                     if isinstance(event, ReplyFinished) or now - last_post >= FRAME_S:
@@ -337,7 +334,7 @@ class SpecchatApp(App):
                 view.set_markdown(self.markdown)
                 self._save_reply(view, finished)
             self._sample_memory()
-            self.refresh_sidebar()
+        self.refresh_sidebar()
         if at_bottom:  # follow the stream only while the reader is at the bottom
             self.chat.scroll_end(animate=False)
 
@@ -369,7 +366,7 @@ class SpecchatApp(App):
         if kind == "profile":
             self.start_load(str(value))
         elif kind == "draft" and self.profile is not None:
-            self.start_load(self.profile.name, Path(str(value)))
+            self.start_load(str(self.profile.path), Path(str(value)))
 
     def action_toggle_ghosts(self) -> None:
         self.show_ghosts = not self.show_ghosts
@@ -422,9 +419,9 @@ class SpecchatApp(App):
         self.status = "A/B: rerunning without speculation…"
         self.refresh_sidebar()
         stored = self.store.messages(self.conversation_id) if self.store and self.conversation_id else []
-        self.ab_worker(stored[-1].telemetry if stored and stored[-1].role == "assistant" else None)
+        spec_stats = stored[-1].telemetry if stored and stored[-1].role == "assistant" else None
+        self.engine_thread.submit(lambda: self.ab_worker(spec_stats))
 
-    @work(thread=True, exclusive=True, group="generate")
     def ab_worker(self, spec_stats: dict | None) -> None:
         with self._engine_lock:
             engine = self.engine
@@ -533,6 +530,10 @@ class SpecchatApp(App):
                 system = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
                 self.engine.restore(system + rest)
         self.notify("system prompt set for this chat")
+
+
+    def on_unmount(self) -> None:
+        self.engine_thread.stop()
 
 
 def make_app(settings: Settings | None = None) -> SpecchatApp:

@@ -68,7 +68,8 @@ class ProfileScreen(_Modal):
         for name in available_profiles():
             try:
                 profile = load_profile(name)
-                label = Text.assemble((name, "bold"), f"  {profile.values['draft']['method']}  ", (profile.description, "dim"))
+                label = Text.assemble((f"{name:<20}", "bold"), f"{profile.values['draft']['method']:<7}",
+                                      (profile.description, "dim"))
             except SpecchatError as exc:
                 label = Text.assemble((name, "bold"), ("  invalid: " + str(exc), "red"))
             if name == self.current:

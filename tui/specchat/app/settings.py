@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +9,11 @@ from pathlib import Path
 import platformdirs
 
 from ..store import default_path
+from ..telemetry.memory import GpuMemory, GpuUnavailable, gpu_memory, rss_bytes
+
+
+def measure_memory() -> tuple[GpuMemory | GpuUnavailable, int | None]:
+    return gpu_memory(), rss_bytes()
 
 
 def keymap_path() -> Path:
@@ -29,6 +33,6 @@ class Settings:
     autoload: bool = True  # load the profile's models at start (snapshot tests replay recorded events instead)
     resume: bool = True  # reopen the most recent conversation
     max_tokens: int = 1024
-    clock: Callable[[], float] = time.perf_counter
+    memory: Callable[[], tuple[GpuMemory | GpuUnavailable, int | None]] = measure_memory  # NVML, then process RSS
     sidebar_min_width: int = 100  # columns below which the sidebar collapses
     max_paste_chars: int = 200_000

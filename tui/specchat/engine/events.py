@@ -54,6 +54,7 @@ class TokenEmitted:
     text: str
     kind: TokenKind
     step: int
+    elapsed: float  # seconds since the reply was requested, so views need no clock of their own
 
 
 @dataclass(frozen=True, slots=True)

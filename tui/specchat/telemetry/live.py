@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..engine.events import (
@@ -62,9 +61,8 @@ class _Counts:
 
 @dataclass
 class LiveTelemetry:
-    """Everything the sidebar shows, updated event by event; ``clock`` is injectable for deterministic tests."""
+    """Everything the sidebar shows, updated event by event; times come from the events themselves."""
 
-    clock: Callable[[], float] = time.perf_counter
     speculation: SpeculationState | None = None
     reply: _Counts = field(default_factory=_Counts)
     chat: _Counts = field(default_factory=_Counts)
@@ -80,7 +78,6 @@ class LiveTelemetry:
     plain_source: str = ""
     trimmed: int = 0
     last_finish: str = ""
-    _started: float = 0.0
     _first_token: float | None = None
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=512))
 
@@ -89,13 +86,11 @@ class LiveTelemetry:
             self._consume(event)
 
     def _consume(self, event: Event) -> None:
-        now = self.clock()
         if isinstance(event, TokenEmitted):
             self.reply_tokens += 1
-            self._recent.append(now)
+            self._recent.append(event.elapsed)
             if self._first_token is None:
-                self._first_token = now
-                self.ttft = now - self._started
+                self._first_token = self.ttft = event.elapsed
             self.context_used += 1
         elif isinstance(event, StepVerified):
             self.reply.add(event)
@@ -110,7 +105,6 @@ class LiveTelemetry:
             self.reply_tokens = 0
             self.reply_tps = self.ttft = self._first_token = None
             self._recent.clear()
-            self._started = now
             self.speculation = event.speculation
             self.context_used = event.prompt_tokens
             self.n_ctx = event.n_ctx

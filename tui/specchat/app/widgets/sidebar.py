@@ -38,6 +38,11 @@ def _mb(value: int | None) -> str:
     return "–" if value is None else f"{value / 1e6:,.0f} MB"
 
 
+def _table_cells(content: object) -> list[str]:
+    columns = getattr(content, "columns", [])
+    return [str(cell) for column in columns for cell in column._cells]
+
+
 def _bar(fraction: float, width: int = 10) -> str:
     full = max(0, min(width, round(fraction * width)))
     return BAR * full + "░" * (width - full)
@@ -65,6 +70,14 @@ class Sidebar(VerticalScroll):
         yield self.box_memory
         yield self.box_context
 
+    def _set(self, box: Static, content: object) -> None:
+        """Update a section only when its text changed: every update costs a layout pass."""
+        key = content.plain if isinstance(content, Text) else repr([str(c) for c in getattr(content, "columns", [])]
+                                                                     + [r for r in _table_cells(content)])
+        if getattr(box, "_shown", None) != key:
+            box._shown = key
+            box.update(content)
+
     def show(self, t: LiveTelemetry, profile: ProfileInfo, memory: MemorySnapshot | None) -> None:
         spec = t.speculation
         head = Text()
@@ -79,7 +92,7 @@ class Sidebar(VerticalScroll):
         else:
             head.append(" INACTIVE ", style="bold black on #ffaf00")
             head.append(f"\n{spec.reason}", style="dim")
-        self.box_profile.update(head)
+        self._set(self.box_profile, head)
 
         acc = Table.grid(padding=(0, 1))
         acc.add_column(style="dim")
@@ -87,8 +100,10 @@ class Sidebar(VerticalScroll):
         acc.add_row("acceptance", f"reply {_pct(t.reply.rate)} · chat {_pct(t.chat.rate)}")
         mean = t.reply.mean_length or t.chat.mean_length
         acc.add_row("mean length", "–" if mean is None else f"{mean:.2f} tokens/step")
-        self.box_acceptance.update(acc)
-        self.box_spark.data = list(t.spark) or [0.0]
+        self._set(self.box_acceptance, acc)
+        spark = list(t.spark) or [0.0]
+        if spark != self.box_spark.data:
+            self.box_spark.data = spark
 
         rates = t.reply.positions or t.chat.positions
         positions = Text("per position\n", style="dim")
@@ -96,7 +111,7 @@ class Sidebar(VerticalScroll):
             positions.append(f" {i + 1} ")
             positions.append(_bar(rate or 0.0), style="green")
             positions.append(f" {_pct(rate)}\n")
-        self.box_positions.update(positions if rates else Text("per position –", style="dim"))
+        self._set(self.box_positions, positions if rates else Text("per position –", style="dim"))
 
         speed = Table.grid(padding=(0, 1))
         speed.add_column(style="dim")
@@ -113,7 +128,7 @@ class Sidebar(VerticalScroll):
             speed.add_row("", Text(f"plain {t.plain_tps:.0f} tok/s ({t.plain_source})", style="dim"))
             if speedup < 1 and spec is not None and spec.active:
                 speed.add_row("", Text("⚠ slower than plain decoding", style="#ffaf00"))
-        self.box_speed.update(speed)
+        self._set(self.box_speed, speed)
 
         counts = Table.grid(padding=(0, 1))
         counts.add_column(style="dim")
@@ -123,7 +138,7 @@ class Sidebar(VerticalScroll):
         counts.add_row("accepted", str(r.accepted))
         counts.add_row("rejected", str(r.drafted - r.accepted))
         counts.add_row("ignored", str(r.ignored))
-        self.box_counts.update(counts)
+        self._set(self.box_counts, counts)
 
         mem = Text("memory\n", style="dim")
         if memory is None:
@@ -137,7 +152,7 @@ class Sidebar(VerticalScroll):
         if memory is not None:
             for role, size in memory.model_bytes.items():
                 mem.append(f"{role} weights {_mb(size)}\n")
-        self.box_memory.update(mem)
+        self._set(self.box_memory, mem)
 
         ctx = Text("context\n", style="dim")
         if t.n_ctx:
@@ -147,4 +162,4 @@ class Sidebar(VerticalScroll):
                 ctx.append(f"\n{t.trimmed} old messages dropped", style="dim")
         else:
             ctx.append("–")
-        self.box_context.update(ctx)
+        self._set(self.box_context, ctx)

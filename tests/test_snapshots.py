@@ -1,0 +1,83 @@
+"""Snapshots of every main screen state, made deterministic with a recorded reply (which carries its own timings).
+
+The real-model path is covered by test_app.py; here the app loads no model and replays events recorded from a real
+run of the bundled pair (tests/fixtures/recorded_reply.json). Update after a deliberate UI change with
+``pytest tests/test_snapshots.py --snapshot-update``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recorded import load
+from specchat.app.chat_app import SpecchatApp, make_app
+from specchat.app.settings import Settings
+from specchat.app.widgets.reply import ReplyView, UserMessage
+from specchat.engine.events import ReplyFinished
+from specchat.telemetry.memory import GpuUnavailable
+
+WIDE = (130, 40)
+NARROW = (70, 30)
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def snapshot_app(tmp_path: Path) -> SpecchatApp:
+    # A fixed keymap path: the help screen shows it.
+    settings = Settings(db_path=None, keymap=Path("~/.config/specchat/keymap.toml"), exports=tmp_path / "exports", autoload=False,
+                        resume=False,
+                        memory=lambda: (GpuUnavailable("no NVIDIA driver (NVML library not found)"), 512_000_000))
+    return make_app(settings)
+
+
+def replay(*, finished: bool):
+    prompt, events = load()
+    if not finished:
+        events = [e for e in events if not isinstance(e, ReplyFinished)][: len(events) // 2]
+
+    async def run_before(pilot) -> None:
+        app: SpecchatApp = pilot.app
+        await app.chat.mount(UserMessage(prompt))
+        view = ReplyView(show_ghosts=app.show_ghosts)
+        await app.chat.mount(view)
+        app._last_reply = view
+        app.busy = None if finished else "generating"
+        app.post_message(SpecchatApp.EventsArrived(events))
+        await pilot.pause()
+        app.refresh_sidebar()
+        await pilot.pause()
+
+    return run_before
+
+
+def test_empty(snap_compare, tmp_path):
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE)
+
+
+def test_streaming(snap_compare, tmp_path):
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, run_before=replay(finished=False))
+
+
+def test_finished_with_ghosts(snap_compare, tmp_path):
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, run_before=replay(finished=True), press=["ctrl+g"])
+
+
+def test_finished_as_markdown(snap_compare, tmp_path):
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, run_before=replay(finished=True), press=["f3"])
+
+
+def test_profile_picker(snap_compare, tmp_path):
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, press=["f2"])
+
+
+def test_help(snap_compare, tmp_path):
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, press=["f1"])
+
+
+def test_narrow_terminal(snap_compare, tmp_path):
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=NARROW, run_before=replay(finished=True))
