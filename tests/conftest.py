@@ -25,6 +25,15 @@ from specchat.engine.sampling import SamplingParams
 THREADS = 2
 
 
+@pytest.fixture
+def isolated_user_dirs(tmp_path, monkeypatch) -> None:
+    """No real model folders, user profiles or keymaps leak into a test."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for var in ("SPECCHAT_MODEL_DIRS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+
+
 @pytest.fixture(scope="session")
 def target_path() -> Path:
     return embedded.target_path()

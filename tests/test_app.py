@@ -20,12 +20,7 @@ from specchat.store import Store
 SIZE = (140, 45)
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    for var in ("SPECCHAT_MODEL_DIRS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
 
 
 @pytest.fixture
@@ -85,7 +80,7 @@ async def test_reply_streams_in_colour_with_live_telemetry(settings):
         assert t.reply.drafted > 0 and 0 < t.reply.accepted < t.reply.drafted
         assert t.plain_tps and t.ttft is not None and t.n_ctx == 4096
         text = sidebar_text(app)
-        assert "ACTIVE" in text and f"reply {t.reply.rate:.0%}" in text and f"{t.reply.drafted}" in text
+        assert "ACTIVE" in text and f"reply {t.reply.acceptance_rate:.0%}" in text and f"{t.reply.drafted}" in text
         assert "no GPU" in text and "target weights" in text and "/ 4096" in text
         # The body is coloured segment by segment.
         styles = {str(span.style) for span in view.body.content.spans}

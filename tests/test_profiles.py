@@ -22,13 +22,7 @@ from test_bad_input import cli
 BUNDLED = ["baseline", "gemma4-12b-qat-mtp", "ngram", "qwen3-4b-0.6b", "qwen3-8b-1.7b", "tiny"]
 
 
-@pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch):
-    """No real model folders or user profiles leak into these tests."""
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    for var in ("SPECCHAT_MODEL_DIRS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
 
 
 def test_every_preset_parses_and_validates():

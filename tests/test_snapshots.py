@@ -22,9 +22,7 @@ WIDE = (130, 40)
 NARROW = (70, 30)
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
 
 
 def snapshot_app(tmp_path: Path) -> SpecchatApp:

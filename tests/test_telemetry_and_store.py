@@ -22,9 +22,9 @@ def test_live_telemetry_agrees_with_the_engine_summary():
     live.consume(events)
     stats = next(e for e in events if isinstance(e, ReplyFinished)).stats
     assert (live.reply.drafted, live.reply.accepted) == (stats.drafted, stats.accepted)
-    assert live.reply.rate == pytest.approx(stats.acceptance_rate)
-    assert live.reply.mean_length == pytest.approx(stats.mean_acceptance_length)
-    assert live.reply.positions == pytest.approx(stats.position_rates)
+    assert live.reply.acceptance_rate == pytest.approx(stats.acceptance_rate)
+    assert live.reply.mean_acceptance_length == pytest.approx(stats.mean_acceptance_length)
+    assert live.reply.position_rates == stats.position_rates
     assert live.reply_tokens == stats.generated and not live.generating
     assert len(live.spark) == sum(1 for e in events if isinstance(e, StepVerified) and e.drafted)
     live.set_plain_reference(stats.decode_tps / 2, "test")

@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..engine.telemetry import ReplyStats
 from ..engine.events import (
     ContextTrimmed,
     Event,
@@ -22,50 +23,12 @@ SPARK_POINTS = 40
 
 
 @dataclass
-class _Counts:
-    drafted: int = 0
-    accepted: int = 0
-    steps: int = 0  # steps that verified a draft
-    ignored: int = 0
-    reached: list[int] = field(default_factory=list)
-    hits: list[int] = field(default_factory=list)
-
-    def add(self, step: StepVerified) -> None:
-        self.ignored += step.ignored
-        if not step.drafted:
-            return
-        self.drafted += step.drafted
-        self.accepted += step.accepted
-        self.steps += 1
-        grow = step.drafted - len(self.reached)
-        if grow > 0:
-            self.reached += [0] * grow
-            self.hits += [0] * grow
-        for i in range(min(step.drafted, step.accepted + 1)):
-            self.reached[i] += 1
-        for i in range(step.accepted):
-            self.hits[i] += 1
-
-    @property
-    def rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-    @property
-    def mean_length(self) -> float | None:
-        return 1 + self.accepted / self.steps if self.steps else None
-
-    @property
-    def positions(self) -> list[float | None]:
-        return [h / r if r else None for h, r in zip(self.hits, self.reached, strict=True)]
-
-
-@dataclass
 class LiveTelemetry:
     """Everything the sidebar shows, updated event by event; times come from the events themselves."""
 
     speculation: SpeculationState | None = None
-    reply: _Counts = field(default_factory=_Counts)
-    chat: _Counts = field(default_factory=_Counts)
+    reply: ReplyStats = field(default_factory=ReplyStats)  # counters of the reply in progress (or the last one)
+    chat: ReplyStats = field(default_factory=ReplyStats)  # the same counters over the whole chat
     spark: deque[float] = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
     n_max: int = 0
     generating: bool = False
@@ -93,14 +56,14 @@ class LiveTelemetry:
                 self._first_token = self.ttft = event.elapsed
             self.context_used += 1
         elif isinstance(event, StepVerified):
-            self.reply.add(event)
-            self.chat.add(event)
+            for counters in (self.reply, self.chat):
+                counters.record_step(event.drafted, event.accepted, event.ignored)
             self.n_max = event.n_max
             self.context_used = event.context_used
             if event.drafted:
                 self.spark.append(event.accepted / event.drafted)
         elif isinstance(event, ReplyStarted):
-            self.reply = _Counts()
+            self.reply = ReplyStats()
             self.generating = True
             self.reply_tokens = 0
             self.reply_tps = self.ttft = self._first_token = None

@@ -97,15 +97,15 @@ class Sidebar(VerticalScroll):
         acc = Table.grid(padding=(0, 1))
         acc.add_column(style="dim")
         acc.add_column()
-        acc.add_row("acceptance", f"reply {_pct(t.reply.rate)} · chat {_pct(t.chat.rate)}")
-        mean = t.reply.mean_length or t.chat.mean_length
+        acc.add_row("acceptance", f"reply {_pct(t.reply.acceptance_rate)} · chat {_pct(t.chat.acceptance_rate)}")
+        mean = t.reply.mean_acceptance_length or t.chat.mean_acceptance_length
         acc.add_row("mean length", "–" if mean is None else f"{mean:.2f} tokens/step")
         self._set(self.box_acceptance, acc)
         spark = list(t.spark) or [0.0]
         if spark != self.box_spark.data:
             self.box_spark.data = spark
 
-        rates = t.reply.positions or t.chat.positions
+        rates = t.reply.position_rates or t.chat.position_rates
         positions = Text("per position\n", style="dim")
         for i, rate in enumerate(rates[:8]):
             positions.append(f" {i + 1} ")
