@@ -197,6 +197,18 @@ async def test_help_lists_every_binding_and_keys_can_be_remapped(settings):
         await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
 
 
+async def test_command_palette_opens_the_profile_picker(settings):
+    settings.autoload = False
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"Profiles")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ProfileScreen), timeout=10)
+
+
 async def test_prompt_input_keys(settings):
     settings.autoload = False
     async with make_app(settings).run_test(size=SIZE) as pilot:

@@ -12,12 +12,14 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from textual import on
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
+from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ..engine import Engine, EngineConfig, ModelSpec, ReplyFinished
@@ -351,6 +353,13 @@ class SpecchatApp(App):
             self._cancel.set()
 
     # -- actions -------------------------------------------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Profiles", "Switch profile or draft model (F2)", self.action_profiles)
+        yield SystemCommand("A/B compare", "Rerun the last prompt without speculation", self.action_ab_compare)
+        yield SystemCommand("Toggle ghosts", "Show rejected draft tokens", self.action_toggle_ghosts)
+        yield SystemCommand("Export chat", "Export this chat to Markdown and JSON", self.action_export)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.settings.keymap))

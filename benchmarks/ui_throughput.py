@@ -1,0 +1,59 @@
+"""How many engine events per second the app absorbs: replays a recorded reply's events, many times over, into the
+real app as fast as the UI accepts them, in the batches the engine thread would post.
+
+    python benchmarks/ui_throughput.py [--events 6000] [--batch 75]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from recorded import load  # noqa: E402
+
+from specchat.app.chat_app import SpecchatApp, make_app  # noqa: E402
+from specchat.app.settings import Settings  # noqa: E402
+from specchat.app.widgets.reply import ReplyView  # noqa: E402
+from specchat.engine.events import DraftRejected, ReplyFinished, StepVerified, TokenEmitted  # noqa: E402
+
+
+async def measure(n_events: int, batch: int) -> float:
+    _prompt, recorded = load()
+    body = [e for e in recorded if isinstance(e, (TokenEmitted, DraftRejected, StepVerified))]
+    events = [recorded[0]]
+    while len(events) < n_events:
+        events += [dataclasses.replace(e) for e in body]
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(db_path=None, keymap=Path(tmp) / "k.toml", autoload=False, resume=False)
+        app = make_app(settings)
+        async with app.run_test(size=(130, 40)) as pilot:
+            view = ReplyView()
+            await app.chat.mount(view)
+            app._last_reply = view
+            start = time.perf_counter()
+            for i in range(0, len(events), batch):
+                app.post_message(SpecchatApp.EventsArrived(events[i : i + batch]))
+                await pilot.pause()  # let the UI process and render this batch before the next arrives
+            elapsed = time.perf_counter() - start
+            assert len(view.segments) == sum(isinstance(e, TokenEmitted) for e in events)
+    return len(events) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=6000)
+    parser.add_argument("--batch", type=int, default=75)
+    args = parser.parse_args()
+    rate = asyncio.run(measure(args.events, args.batch))
+    print(f"{args.events} events in batches of {args.batch}: the app absorbed {rate:,.0f} events/s")
+
+
+if __name__ == "__main__":
+    main()
