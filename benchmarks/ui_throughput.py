@@ -21,7 +21,7 @@ from recorded import load  # noqa: E402
 from specchat.app.chat_app import SpecchatApp, make_app  # noqa: E402
 from specchat.app.settings import Settings  # noqa: E402
 from specchat.app.widgets.reply import ReplyView  # noqa: E402
-from specchat.engine.events import DraftRejected, ReplyFinished, StepVerified, TokenEmitted  # noqa: E402
+from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted  # noqa: E402
 
 
 async def measure(n_events: int, batch: int) -> float:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 from textual import events
@@ -244,6 +243,19 @@ async def test_narrow_terminal_collapses_the_sidebar(settings):
         await pilot.resize_terminal(140, 40)
         await pilot.pause(0.1)
         assert app.sidebar.display
+
+
+async def test_message_larger_than_the_context_is_refused_with_a_message(settings, tmp_path):
+    profile = tmp_path / "small.toml"
+    profile.write_text('[target]\nmodel = "embedded:target"\nn_ctx = 96\n[draft]\nmethod = "ngram"\n')
+    settings.profile = str(profile)
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        app.query_one(PromptInput).load_text("please summarise this " * 40)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None and any("context holds 96" in str(n.message) for n in app._notifications))
+        assert not list(app.query(ReplyView))
+        assert (await ask(pilot, "Hi")).segments  # the chat goes on
 
 
 async def test_corrupt_database_keeps_chatting_in_memory(settings):

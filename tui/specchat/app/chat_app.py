@@ -50,10 +50,9 @@ class SpecchatApp(App):
     class EventsArrived(Message):
         """Engine events of one frame, from the generation worker."""
 
-        def __init__(self, events: list[object], *, ab: bool = False) -> None:
+        def __init__(self, events: list[object]) -> None:
             super().__init__()
             self.events = events
-            self.ab = ab
 
     class ProfileLoaded(Message):
         def __init__(self, profile: Profile, config: EngineConfig, action: str, plain_step: float | None) -> None:
@@ -61,6 +60,13 @@ class SpecchatApp(App):
             self.profile, self.config, self.action, self.plain_step = profile, config, action, plain_step
 
     class LoadFailed(Message):
+        def __init__(self, error: str) -> None:
+            super().__init__()
+            self.error = error
+
+    class ReplyFailed(Message):
+        """The engine refused the message (e.g. larger than the context); nothing was generated."""
+
         def __init__(self, error: str) -> None:
             super().__init__()
             self.error = error
@@ -319,8 +325,7 @@ class SpecchatApp(App):
                         self.post_message(self.EventsArrived(pending))
                         pending, last_post = [], now
             except SpecchatError as exc:
-                self.post_message(self.LoadFailed(str(exc)))
-                self.post_message(self.EventsArrived([], ab=False))
+                self.post_message(self.ReplyFailed(str(exc)))
 
     def on_specchat_app_events_arrived(self, message: EventsArrived) -> None:
         view = self._last_reply
@@ -329,9 +334,9 @@ class SpecchatApp(App):
         if view is not None:
             view.add(message.events)
         finished = next((e for e in message.events if isinstance(e, ReplyFinished)), None)
-        if finished is not None or not message.events:
+        if finished is not None:
             self.busy = None
-            if finished is not None and view is not None:
+            if view is not None:
                 view.finish(finished.finish_reason)
                 view.set_markdown(self.markdown)
                 self._save_reply(view, finished)
@@ -339,6 +344,14 @@ class SpecchatApp(App):
         self.refresh_sidebar()
         if at_bottom:  # follow the stream only while the reader is at the bottom
             self.chat.scroll_end(animate=False)
+
+    def on_specchat_app_reply_failed(self, message: ReplyFailed) -> None:
+        self.busy = None
+        if self._last_reply is not None and not self._last_reply.segments:
+            self._last_reply.remove()
+            self._last_reply = None
+        self.notify(message.error, severity="error", timeout=15)
+        self.refresh_sidebar()
 
     def _save_reply(self, view: ReplyView, finished: ReplyFinished) -> None:
         if self.conversation_id is None:

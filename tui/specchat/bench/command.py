@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
                 if spec_type == "draft-simple" and draft_path is None:
                     errors.append("llama-server draft-simple skipped: the profile has no draft model")
                     continue
-                factory = lambda t=spec_type: LlamaServerRunner(binary, t, config, draft_path, n_max)  # noqa: E731
+                factory = lambda t=spec_type, b=binary: LlamaServerRunner(b, t, config, draft_path, n_max)  # noqa: E731
                 with _opened(factory, errors) as server:
                     if server is None:
                         break  # a binary that is missing or cannot start fails every type alike: one line is enough
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
                         runs += _repeat(server.name(), task, args.repeat, lambda rep, t=task: server.run(t, rep, prompts[t.name]), errors)
         else:
             lookup = LOOKUP_TOKENS if peer == "lookup" else None
-            with _opened(lambda: LlamaCppPythonRunner(config, lookup_tokens=lookup), errors) as runner:
+            with _opened(lambda n=lookup: LlamaCppPythonRunner(config, lookup_tokens=n), errors) as runner:
                 if runner is not None:
                     for task in tasks:
                         runs += _repeat(runner.name(), task, args.repeat, lambda rep, t=task: runner.run(t, rep, histories[t.name]), errors)

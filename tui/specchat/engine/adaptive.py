@@ -3,7 +3,8 @@
 Draft length follows Hugging Face's heuristic (+2 after a fully accepted draft, −1 after a rejection). Separately, the
 controller keeps exponential averages of the seconds each emitted token cost in speculative steps and in plain steps
 (it interleaves a plain calibration step now and then). When speculation costs more per token than plain decoding it
-switches itself off, and while off it probes with one speculative step every so often so it can switch back on.
+switches itself off; while off it probes with one draft, less and less often while the probes keep losing, so it can
+switch back on when the text becomes predictable.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ K_MAX = 16
 SMOOTHING = 0.1  # weight of the newest observation in the running averages
 MIN_SPEC_OBSERVATIONS = 8  # speculative steps seen before judging
 CALIBRATE_EVERY = 32  # speculative steps between plain calibration steps
-PROBE_EVERY = 24  # plain steps between probes while switched off
+PROBE_EVERY = 24  # plain steps before the first probe while switched off
+PROBE_EVERY_MAX = 384  # each probe that confirms the loss doubles the wait, up to this
 TOLERANCE = 1.03  # speculation must cost ≤ 3 % more per token than plain decoding to stay on
 
 
@@ -33,13 +35,18 @@ class AdaptiveDraftLength:
     spec_observations: int = 0
     since_plain: int = 0
     since_off: int = 0
+    probe_every: int = PROBE_EVERY
     reason: str = ""
 
     def plan(self) -> int:
         """Draft length for the next step; 0 means a plain step."""
         if not self.active:
             self.since_off += 1
-            return self.k if self.since_off % PROBE_EVERY == 0 else 0
+            if self.since_off < self.probe_every:
+                return 0
+            self.since_off = 0
+            self.probe_every = min(self.probe_every * 2, PROBE_EVERY_MAX)
+            return self.k  # a probe at the learned length: a shorter one could never show a win on a CPU
         if self.plain_cost is None or self.since_plain >= CALIBRATE_EVERY:
             return 0
         return self.k
@@ -75,9 +82,10 @@ class AdaptiveDraftLength:
         if self.active and slower:
             self.active = False
             self.since_off = 0
+            self.probe_every = PROBE_EVERY
             self.reason = (
                 f"auto: speculation measured slower than plain decoding ({1 / spec_cost:.0f} vs"
-                f" {1 / self.plain_cost:.0f} tok/s); probing every {PROBE_EVERY} tokens"
+                f" {1 / self.plain_cost:.0f} tok/s); probing now and then"
             )
             return True
         if not self.active and not slower:

@@ -21,7 +21,7 @@ from ..errors import ConfigError, ContextError, IncompatibleDraftError
 from .adaptive import AdaptiveDraftLength
 from .chat_template import ChatTemplate
 from .compat import check_pair
-from .config import EngineConfig, ModelSpec
+from .config import EngineConfig, ModelSpec, SpecConfig
 from .drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from .events import (
     ContextTrimmed,
@@ -147,6 +147,7 @@ class Engine:
         self.messages: list[Message] = []
         self.tokens: list[int] = []  # the conversation as the target reads it; the KV cache mirrors a prefix of it
         self._rendered = ""  # the text that ``tokens`` encode
+        self._learned: dict[SpecConfig, AdaptiveDraftLength] = {}
         self._configure_speculation()
         self.new_chat()
 
@@ -176,7 +177,8 @@ class Engine:
     def _configure_speculation(self) -> None:
         spec = self.config.spec
         self._ngram = NgramDrafter(spec.ngram_min, spec.ngram_max)
-        self._adaptive = AdaptiveDraftLength() if spec.adaptive else None
+        # What "auto" learned about a configuration survives a switch away and back (an A/B run, a toggle).
+        self._adaptive = self._learned.setdefault(spec, AdaptiveDraftLength()) if spec.adaptive else None
         self._reseed()
 
     def apply(self, config: EngineConfig) -> str:
@@ -196,6 +198,7 @@ class Engine:
                 raise
             self.close()
             self._target, self._draft, self.config = target, draft, config
+            self._learned.clear()  # step costs measured on the old target mean nothing for the new one
             self._configure_speculation()
             # Token ids of the old target mean nothing to the new one: keep the text, re-tokenize.
             self.tokens, self._rendered = [], ""
