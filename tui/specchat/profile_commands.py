@@ -115,8 +115,8 @@ class _Model:
     meta: dict | None
 
 
-def _footprint(m: _Model, profile: Profile, section: str) -> Footprint:
-    values = profile.values[section]
+def _footprint(m: _Model, profile: Profile) -> Footprint:
+    values = profile.values[m.role]
     n_ctx = profile.values["target"]["n_ctx"]
     if m.meta is None:
         expected = values.get("expected_size_gb")
@@ -133,7 +133,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     profile = load_profile(args.name)
     method = profile.values["draft"]["method"]
     failed = False
-    pair: list[tuple[_Model, str]] = []
+    pair: list[_Model] = []
     for role in ("target", "draft"):
         if role == "draft" and method not in ("draft", "mtp"):
             continue
@@ -141,7 +141,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if located is None:
             continue
         meta = read_metadata(located.path) if located.path else None
-        pair.append((_Model(role, located, meta), role))
+        pair.append(_Model(role, located, meta))
         if located.path is None:
             print(f"! {located.missing_message(role)}")
     print(f"profile {profile.name}: method {method}, n_ctx {profile.values['target']['n_ctx']}")
@@ -151,12 +151,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         failed = True
 
     print("\n1. Draft compatibility (llama.cpp's rule, from the GGUF headers)")
-    models_found = [m for m, _ in pair]
     if method != "draft":
         print(f"   not applicable: method {method} uses no separate draft model" if method != "mtp" else
               "   not applicable: MTP heads live inside the target")
-    elif len(models_found) == 2 and all(m.located.path for m in models_found):
-        problems = check_pair(models_found[0].located.path, models_found[1].located.path)
+    elif len(pair) == 2 and all(m.located.path for m in pair):
+        problems = check_pair(pair[0].located.path, pair[1].located.path)
         if problems:
             failed = True
             for problem in problems:
@@ -166,7 +165,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print("   ? cannot check: a model file is absent")
 
-    report = FitReport([_footprint(m, profile, role) for m, role in pair], args.vram_gb * GB, args.ram_gb * GB,
+    report = FitReport([_footprint(m, profile) for m in pair], args.vram_gb * GB, args.ram_gb * GB,
                        args.margin_gb * GB)
     print(f"\n2. Memory fit ({args.vram_gb:g} GB VRAM, {args.ram_gb:g} GB RAM, KV cache f16)")
     rows = [["model", "role", "weights", f"KV @ {profile.values['target']['n_ctx']}", "on GPU", "note"]]

@@ -104,9 +104,6 @@ class Profile:
     def bundled(self) -> bool:
         return self.path is not None and self.path.parent == bundled_dir()
 
-    def get(self, section: str, key: str) -> Any:
-        return self.values[section][key]
-
 
 def _line_of(source: str, section: str, key: str | None) -> int | None:
     lines = source.splitlines()

@@ -251,7 +251,6 @@ class SpecchatApp(App):
     def on_specchat_app_profile_loaded(self, message: ProfileLoaded) -> None:
         self.busy = None
         self.status = ""
-        first = self.profile is None or message.action == "loaded"
         self.profile = message.profile
         if message.plain_step:
             self.telemetry.set_plain_reference(1 / message.plain_step, "single-token step, measured")
@@ -260,7 +259,7 @@ class SpecchatApp(App):
         self._sample_memory()
         if self.conversation_id is not None and self.store is not None and message.action in ("loaded", "full reload"):
             self._restore_engine(self.store.messages(self.conversation_id), self.store.get(self.conversation_id).profile)
-        if not first or message.action != "loaded":
+        if message.action != "loaded":  # the first load needs no announcement; switches do
             self.notify(f"profile {message.profile.name}: {message.action}")
         self.refresh_sidebar()
 

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
                     _progress(f"  {task.name}: {specchat.name(mode)} {'warm-up' if rep < 0 else f'run {rep + 1}/{args.repeat}'}")
                     runs.append(specchat.run(task, mode, rep))
         prompts = {task.name: specchat.prompt_text(task) for task in tasks}
-        histories = {task.name: specchat._messages(task) for task in tasks}
+        histories = {task.name: specchat.messages_for(task) for task in tasks}
     finally:
         specchat.close()
 

@@ -71,11 +71,11 @@ class SpecchatRunner:
 
     def prompt_text(self, task: Task) -> str:
         """The task as the target reads it, rendered with the model's chat template (for peers that take raw text)."""
-        messages = self._messages(task) + [Message("user", task.prompt)]
+        messages = self.messages_for(task) + [Message("user", task.prompt)]
         return self.engine.template.render([{"role": m.role, "content": m.content} for m in messages],
                                            add_generation_prompt=True)
 
-    def _messages(self, task: Task) -> list[Message]:
+    def messages_for(self, task: Task) -> list[Message]:
         system = self.engine.config.system_prompt
         return ([Message("system", system)] if system else []) + list(task.history)
 
@@ -83,7 +83,7 @@ class SpecchatRunner:
         engine = self.engine
         engine.apply(self.configs[mode])
         engine.clear_cache()
-        engine.restore(self._messages(task))
+        engine.restore(self.messages_for(task))
         reset_peak_rss()
         tokens: list[int] = []
         finished: ReplyFinished | None = None

@@ -76,7 +76,8 @@ def _target_identity(config: EngineConfig) -> tuple[object, ...]:
     return (config.target.path, config.target.n_gpu_layers, config.n_ctx)
 
 
-def wanted_draft_identity(spec: ModelSpec) -> tuple[object, ...]:
+def _draft_identity(spec: ModelSpec) -> tuple[object, ...]:
+    """What a draft's weights depend on; threads change without a reload."""
     return (spec.path, spec.n_gpu_layers)
 
 
@@ -111,7 +112,8 @@ class _LoadedDraft:
     model: Model
     ctx: Context
     drafter: ModelDrafter
-    spec: tuple[object, ...]  # (path, n_gpu_layers, threads) it was loaded with
+    identity: tuple[object, ...]  # see _draft_identity
+    threads: int
 
     @classmethod
     def open(cls, config: EngineConfig) -> _LoadedDraft:
@@ -126,7 +128,7 @@ class _LoadedDraft:
         except BaseException:
             model.close()
             raise
-        return cls(model, ctx, ModelDrafter(ctx), (spec.path, spec.n_gpu_layers, spec.threads))
+        return cls(model, ctx, ModelDrafter(ctx), _draft_identity(spec), spec.threads)
 
     def close(self) -> None:
         self.ctx.close()
@@ -206,21 +208,21 @@ class Engine:
             return "full reload"
         action = "parameters"
         wanted_draft = config.draft if config.spec.method == "draft" else None
-        if wanted_draft is not None and (self._draft is None or self._draft.spec[:2] != wanted_draft_identity(wanted_draft)):
+        if wanted_draft is not None and (self._draft is None or self._draft.identity != _draft_identity(wanted_draft)):
             draft = _LoadedDraft.open(config)
             if self._draft is not None:
                 self._draft.close()
             self._draft = draft
             action = "draft reloaded"
-        elif self._draft is not None and (config.draft is None or self._draft.spec[:2] != wanted_draft_identity(config.draft)):
+        elif self._draft is not None and (config.draft is None or self._draft.identity != _draft_identity(config.draft)):
             # The profile no longer names this draft: free its memory rather than keep it for a toggle back.
             self._draft.close()
             self._draft = None
         if config.target.threads != old.target.threads:
             self.ctx.set_threads(config.target.threads)
-        if self._draft is not None and config.draft is not None and config.draft.threads != self._draft.spec[2]:
+        if self._draft is not None and config.draft is not None and config.draft.threads != self._draft.threads:
             self._draft.ctx.set_threads(config.draft.threads)
-            self._draft.spec = (*self._draft.spec[:2], config.draft.threads)
+            self._draft.threads = config.draft.threads
         self.config = config
         if config.spec != old.spec or config.sampling != old.sampling:
             self._configure_speculation()

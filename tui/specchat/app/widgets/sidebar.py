@@ -38,9 +38,14 @@ def _mb(value: int | None) -> str:
     return "–" if value is None else f"{value / 1e6:,.0f} MB"
 
 
-def _table_cells(content: object) -> list[str]:
-    columns = getattr(content, "columns", [])
-    return [str(cell) for column in columns for cell in column._cells]
+def _grid(rows: list[tuple[str, str | Text]], *, right: bool = False) -> tuple[Table, str]:
+    """A label/value grid, and its text to tell whether it changed since the last refresh."""
+    table = Table.grid(padding=(0, 1))
+    table.add_column(style="dim")
+    table.add_column(justify="right" if right else "left")
+    for label, value in rows:
+        table.add_row(label, value)
+    return table, "\n".join(f"{label}\t{value}" for label, value in rows)
 
 
 def _bar(fraction: float, width: int = 10) -> str:
@@ -70,10 +75,9 @@ class Sidebar(VerticalScroll):
         yield self.box_memory
         yield self.box_context
 
-    def _set(self, box: Static, content: object) -> None:
-        """Update a section only when its text changed: every update costs a layout pass."""
-        key = content.plain if isinstance(content, Text) else repr([str(c) for c in getattr(content, "columns", [])]
-                                                                     + [r for r in _table_cells(content)])
+    def _set(self, box: Static, content: Text | Table, key: str | None = None) -> None:
+        """Update a section only when what it shows changed: every update costs a layout pass."""
+        key = content.plain if key is None else key
         if getattr(box, "_shown", None) != key:
             box._shown = key
             box.update(content)
@@ -94,13 +98,11 @@ class Sidebar(VerticalScroll):
             head.append(f"\n{spec.reason}", style="dim")
         self._set(self.box_profile, head)
 
-        acc = Table.grid(padding=(0, 1))
-        acc.add_column(style="dim")
-        acc.add_column()
-        acc.add_row("acceptance", f"reply {_pct(t.reply.acceptance_rate)} · chat {_pct(t.chat.acceptance_rate)}")
         mean = t.reply.mean_acceptance_length or t.chat.mean_acceptance_length
-        acc.add_row("mean length", "–" if mean is None else f"{mean:.2f} tokens/step")
-        self._set(self.box_acceptance, acc)
+        self._set(self.box_acceptance, *_grid([
+            ("acceptance", f"reply {_pct(t.reply.acceptance_rate)} · chat {_pct(t.chat.acceptance_rate)}"),
+            ("mean length", "–" if mean is None else f"{mean:.2f} tokens/step"),
+        ]))
         spark = list(t.spark) or [0.0]
         if spark != self.box_spark.data:
             self.box_spark.data = spark
@@ -113,32 +115,28 @@ class Sidebar(VerticalScroll):
             positions.append(f" {_pct(rate)}\n")
         self._set(self.box_positions, positions if rates else Text("per position –", style="dim"))
 
-        speed = Table.grid(padding=(0, 1))
-        speed.add_column(style="dim")
-        speed.add_column()
         now, reply = t.tps_now(), t.reply_rate()
-        speed.add_row("tok/s", f"now {'–' if now is None else f'{now:.0f}'} · reply {'–' if reply is None else f'{reply:.0f}'}")
-        speed.add_row("TTFT", "–" if t.ttft is None else f"{t.ttft * 1000:.0f} ms")
+        speed: list[tuple[str, str | Text]] = [
+            ("tok/s", f"now {'–' if now is None else f'{now:.0f}'} · reply {'–' if reply is None else f'{reply:.0f}'}"),
+            ("TTFT", "–" if t.ttft is None else f"{t.ttft * 1000:.0f} ms"),
+        ]
         speedup = t.speedup()
         if speedup is None:
-            speed.add_row("vs plain", "–" if t.plain_tps is None else f"plain {t.plain_tps:.0f} tok/s")
+            speed.append(("vs plain", "–" if t.plain_tps is None else f"plain {t.plain_tps:.0f} tok/s"))
         else:
-            verdict = Text(f"{speedup:.2f}×", style="bold green" if speedup >= 1 else "bold #ffaf00")
-            speed.add_row("vs plain", verdict)
-            speed.add_row("", Text(f"plain {t.plain_tps:.0f} tok/s ({t.plain_source})", style="dim"))
+            speed.append(("vs plain", Text(f"{speedup:.2f}×", style="bold green" if speedup >= 1 else "bold #ffaf00")))
+            speed.append(("", Text(f"plain {t.plain_tps:.0f} tok/s ({t.plain_source})", style="dim")))
             if speedup < 1 and spec is not None and spec.active:
-                speed.add_row("", Text("⚠ slower than plain decoding", style="#ffaf00"))
-        self._set(self.box_speed, speed)
+                speed.append(("", Text("⚠ slower than plain decoding", style="#ffaf00")))
+        self._set(self.box_speed, *_grid(speed))
 
-        counts = Table.grid(padding=(0, 1))
-        counts.add_column(style="dim")
-        counts.add_column(justify="right")
         r = t.reply
-        counts.add_row("drafted", str(r.drafted))
-        counts.add_row("accepted", str(r.accepted))
-        counts.add_row("rejected", str(r.drafted - r.accepted))
-        counts.add_row("ignored", str(r.ignored))
-        self._set(self.box_counts, counts)
+        self._set(self.box_counts, *_grid([
+            ("drafted", str(r.drafted)),
+            ("accepted", str(r.accepted)),
+            ("rejected", str(r.drafted - r.accepted)),
+            ("ignored", str(r.ignored)),
+        ], right=True))
 
         mem = Text("memory\n", style="dim")
         if memory is None:
