@@ -7,13 +7,15 @@ import shutil
 import time
 
 import pytest
+from rich.text import Text
 from textual import events
 
 from specchat.app.chat_app import SpecchatApp, make_app
 from specchat.app.screens import ABScreen, HelpScreen, ProfileScreen
 from specchat.app.settings import Settings
 from specchat.app.widgets.prompt import PromptInput
-from specchat.app.widgets.reply import ReplyView
+from specchat.app.widgets.reply import ProvenanceBlock, ReplyView, provenance_text
+from specchat.engine.events import TokenEmitted, TokenKind
 from specchat.store import Store
 
 SIZE = (140, 45)
@@ -65,7 +67,7 @@ def plain_text(widget) -> str:
 
 
 def sidebar_text(app: SpecchatApp) -> str:
-    return " ".join(plain_text(w) for w in app.sidebar.query("Static"))
+    return app.sidebar.plain
 
 
 async def test_reply_streams_in_colour_with_live_telemetry(settings):
@@ -82,7 +84,7 @@ async def test_reply_streams_in_colour_with_live_telemetry(settings):
         assert "ACTIVE" in text and f"reply {t.reply.acceptance_rate:.0%}" in text and f"{t.reply.drafted}" in text
         assert "no GPU" in text and "target weights" in text and "/ 4096" in text
         # The body is coloured segment by segment.
-        styles = {str(span.style) for span in view.body.content.spans}
+        styles = {str(span.style) for block in view.body.query(ProvenanceBlock) for span in block.content.spans}
         assert "green" in styles and "#ffaf00" in styles
 
 
@@ -304,3 +306,74 @@ def test_app_runs_in_a_real_terminal_session(settings):
         assert "accepted draft" not in after and "Traceback" not in after
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+async def test_reply_blocks_show_every_segment_once_in_its_colour(settings):
+    """A streamed reply is drawn as blocks closed at line ends; together they are exactly the reply, coloured."""
+    settings.max_tokens = 160
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        view = await ask(pilot, "Write a Python function that sorts a list, with a docstring and three comments.")
+
+        def shown() -> list[tuple[str, str]]:
+            return styled_chars(Text("\n").join(b.content for b in view.body.query(ProvenanceBlock)))
+
+        assert len(view.body.query(ProvenanceBlock)) >= 2, "a reply of several lines closes blocks"
+        assert view.ghosts, "the self-draft is rejected somewhere in a reply this long"
+        assert shown() == styled_chars(provenance_text(view.segments, view.ghosts, False))
+        await pilot.press("ctrl+g")  # ghosts on: every block is drawn again, rejected drafts in place
+        await pilot.pause()
+        assert shown() == styled_chars(provenance_text(view.segments, view.ghosts, True))
+
+
+def styled_chars(text: Text) -> list[tuple[str, str]]:
+    """Each character with its style; line ends left out (blocks end where a line does)."""
+    styles = [""] * len(text.plain)
+    for span in text.spans:
+        styles[span.start : span.end] = [str(span.style)] * (span.end - span.start)
+    return [(char, style) for char, style in zip(text.plain, styles) if char != "\n"]
+
+
+async def test_stream_is_followed_only_while_the_reader_is_at_the_bottom(settings):
+    settings.max_tokens = 300
+    async with make_app(settings).run_test(size=(100, 24)) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "Write a long story about a lighthouse keeper.")
+        assert app.chat.max_scroll_y > 0 and app.chat.scroll_y == app.chat.max_scroll_y  # followed to the end
+        app.query_one(PromptInput).load_text("Tell me another long story, about a fisherman.")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(app._last_reply.segments) >= 20)
+        app.chat.scroll_home(animate=False)  # the reader scrolls up to read the first story
+        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: app.busy is None, timeout=120)
+        await pilot.pause(0.3)
+        assert app.chat.scroll_y == 0  # never pulled back down
+        app.chat.scroll_end(animate=False)  # back at the bottom: following again
+        app.query_one(PromptInput).load_text("And a third one.")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None, timeout=120)
+        await pilot.pause(0.3)
+        assert app.chat.scroll_y == app.chat.max_scroll_y
+
+
+async def test_thinking_is_shown_while_streaming_and_folded_when_done(settings):
+    """Qwen3-style <think> replies (the bundled model never thinks, so the events are made here)."""
+    settings.autoload = False
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        view = ReplyView()
+        await app.chat.mount(view)
+        app._last_reply = view
+        pieces = ["<think>", "\n", "The user", " wants", " a", " fruit", ".", "\n", "</think>", "\n\n", "Apple", "."]
+        tokens = [TokenEmitted(i, text, TokenKind.TARGET, i, 0.01 * i) for i, text in enumerate(pieces)]
+        app.post_message(SpecchatApp.EventsArrived(tokens[:6]))
+        await pilot.pause(0.1)
+        assert view.think_box.display and not view.think_box.collapsed  # still thinking: shown, open
+        assert "wants a" in "".join(b.content.plain for b in view.think_text.query(ProvenanceBlock))
+        app.post_message(SpecchatApp.EventsArrived(tokens[6:]))
+        await pilot.pause(0.1)
+        view.finish("stop")
+        await pilot.pause(0.1)
+        assert view.think_box.collapsed
+        answer = "".join(b.content.plain for b in view.body.query(ProvenanceBlock))
+        assert answer.strip() == "Apple." and "think" not in answer

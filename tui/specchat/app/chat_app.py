@@ -1,17 +1,17 @@
 """The specchat Textual app.
 
-Models load and replies generate in thread workers; the engine's events reach the UI as ``EventsArrived`` messages,
-batched per frame, and flow one way: engine → events → ``LiveTelemetry`` → widgets.
+Models load and replies generate on the engine thread; its events collect in an inbox that the UI drains once per
+frame into an ``EventsArrived`` message, and flow one way: engine → events → ``LiveTelemetry`` → widgets.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections import deque
 import re
 import sqlite3
 import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -37,9 +37,9 @@ from .widgets.prompt import PromptInput
 from .widgets.reply import ReplyView, UserMessage, legend
 from .widgets.sidebar import MemorySnapshot, ProfileInfo, Sidebar
 
-# On a CPU the UI competes with llama.cpp's threads for the same cores: every redraw costs decode speed. Tokens and
-# the sidebar are therefore refreshed together, four times a second, from the worker's batches.
-FRAME_S = 0.25
+# On a CPU the UI competes with llama.cpp's threads for the same cores: every redraw costs decode speed, about one
+# for one. Tokens and the sidebar are therefore refreshed together, five times a second (the sidebar must lag by less than 250 ms), on the UI's own clock.
+FRAME_S = 0.2
 
 
 class SpecchatApp(App):
@@ -48,7 +48,7 @@ class SpecchatApp(App):
     TITLE = "specchat"
 
     class EventsArrived(Message):
-        """Engine events of one frame, from the generation worker."""
+        """Engine events of one frame, drained from the engine thread's inbox."""
 
         def __init__(self, events: list[object]) -> None:
             super().__init__()
@@ -94,6 +94,7 @@ class SpecchatApp(App):
         self._last_reply: ReplyView | None = None
         self.memory_snapshot: MemorySnapshot | None = None
         self.engine_thread = EngineThread()
+        self._inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
 
     # -- layout ------------------------------------------------------------------------------------------------------
 
@@ -110,6 +111,20 @@ class SpecchatApp(App):
     def chat(self) -> VerticalScroll:
         return self.query_one("#chat", VerticalScroll)
 
+    def _follow(self) -> None:
+        """Anchor the chat once it overflows: it then follows the stream in the same layout pass that grows it.
+
+        Scrolling up releases the anchor (reading is never interrupted), scrolling back to the bottom restores it.
+        Anchoring a chat that does not fill the view yet would push it to the bottom of the screen.
+        """
+        if not self.chat.is_anchored and self.chat.max_scroll_y > 0:
+            self.chat.anchor()
+
+    def _clear_chat(self) -> None:
+        self.chat.remove_children()
+        self.chat.anchor(False)
+        self._last_reply = None
+
     @property
     def sidebar(self) -> Sidebar:
         return self.query_one(Sidebar)
@@ -117,6 +132,7 @@ class SpecchatApp(App):
     def on_mount(self) -> None:
         self.engine_thread.start()
         lower_ui_priority()
+        self._frame_timer = self.set_interval(FRAME_S, self._drain_inbox, pause=True)
         try:
             self.set_keymap(load_keymap(self.settings.keymap))
         except SpecchatError as exc:
@@ -192,8 +208,7 @@ class SpecchatApp(App):
         stored = self.store.messages(conversation_id)
         self.conversation_id = conversation_id
         self.system_prompt = conversation.system_prompt
-        self.chat.remove_children()
-        self._last_reply = None
+        self._clear_chat()
         for message in stored:
             if message.role == "user":
                 self.chat.mount(UserMessage(message.content))
@@ -203,6 +218,7 @@ class SpecchatApp(App):
                 view.load(message.segments or [(message.content, "target")], message.ghosts, message.finish_reason)
                 self._last_reply = view
         self.chat.scroll_end(animate=False)
+        self.call_after_refresh(self._follow)
         if self.engine is not None:
             self._restore_engine(stored, conversation.profile)
 
@@ -307,33 +323,35 @@ class SpecchatApp(App):
         self.chat.scroll_end(animate=False)
         self.busy = "generating"
         self._cancel.clear()
+        self._frame_timer.resume()
         self.engine_thread.submit(lambda: self.generate(text))
 
     def generate(self, text: str) -> None:
-        pending: list[object] = []
-        last_post = time.monotonic()
         with self._engine_lock:
             assert self.engine is not None
             reset_peak_rss()
             try:
                 for event in self.engine.reply(text, max_tokens=self.settings.max_tokens,
                                                should_stop=self._cancel.is_set):
-                    pending.append(event)
-                    now = time.monotonic()
-                    if isinstance(event, ReplyFinished) or now - last_post >= FRAME_S:
-                        self.post_message(self.EventsArrived(pending))
-                        pending, last_post = [], now
+                    self._inbox.append(event)  # all the engine thread does per event: it never waits on the UI
             except SpecchatError as exc:
                 self.post_message(self.ReplyFailed(str(exc)))
 
+    def _drain_inbox(self) -> None:
+        events = []
+        while self._inbox:
+            events.append(self._inbox.popleft())
+        if events:
+            self.post_message(self.EventsArrived(events))
+
     def on_specchat_app_events_arrived(self, message: EventsArrived) -> None:
         view = self._last_reply
-        at_bottom = self.chat.scroll_y >= self.chat.max_scroll_y - 1
         self.telemetry.consume(message.events)
         if view is not None:
             view.add(message.events)
         finished = next((e for e in message.events if isinstance(e, ReplyFinished)), None)
         if finished is not None:
+            self._frame_timer.pause()
             self.busy = None
             if view is not None:
                 view.finish(finished.finish_reason)
@@ -341,10 +359,10 @@ class SpecchatApp(App):
                 self._save_reply(view, finished)
             self._sample_memory()
         self.refresh_sidebar()
-        if at_bottom:  # follow the stream only while the reader is at the bottom
-            self.chat.scroll_end(animate=False)
+        self._follow()
 
     def on_specchat_app_reply_failed(self, message: ReplyFailed) -> None:
+        self._frame_timer.pause()
         self.busy = None
         if self._last_reply is not None and not self._last_reply.segments:
             self._last_reply.remove()
@@ -487,8 +505,7 @@ class SpecchatApp(App):
             return
         self.conversation_id = None
         self.system_prompt = self.profile.values["chat"]["system_prompt"] or None if self.profile else None
-        self.chat.remove_children()
-        self._last_reply = None
+        self._clear_chat()
         if self.engine is not None:
             with self._engine_lock:
                 self.engine.restore([ChatMessage("system", self.system_prompt)] if self.system_prompt else [])

@@ -1,19 +1,21 @@
-"""The live telemetry sidebar: a view of ``LiveTelemetry`` plus memory, refreshed on a timer while generating."""
+"""The live telemetry sidebar: a view of ``LiveTelemetry`` plus memory, refreshed with every frame of a reply."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Sparkline, Static
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from ...telemetry.live import LiveTelemetry
 from ...telemetry.memory import GpuMemory, GpuUnavailable
 
 BAR = "█"
+SPARK_LEVELS = " ▁▂▃▄▅▆▇█"
+LABEL_WIDTH = 12
+CONTENT_WIDTH = 34  # the sidebar's 38 columns less border and padding, until it is laid out
 
 
 @dataclass(frozen=True)
@@ -38,14 +40,24 @@ def _mb(value: int | None) -> str:
     return "–" if value is None else f"{value / 1e6:,.0f} MB"
 
 
-def _grid(rows: list[tuple[str, str | Text]], *, right: bool = False) -> tuple[Table, str]:
-    """A label/value grid, and its text to tell whether it changed since the last refresh."""
-    table = Table.grid(padding=(0, 1))
-    table.add_column(style="dim")
-    table.add_column(justify="right" if right else "left")
-    for label, value in rows:
-        table.add_row(label, value)
-    return table, "\n".join(f"{label}\t{value}" for label, value in rows)
+def _grid(rows: list[tuple[str, str | Text]], *, right: bool = False) -> Text:
+    """A label/value grid as plain text: a Rich table costs a full measure-and-render on every refresh."""
+    text = Text()
+    width = max((len(str(value)) for _, value in rows), default=0) if right else 0
+    for i, (label, value) in enumerate(rows):
+        text.append(f"{label:<{LABEL_WIDTH}}", style="dim")
+        if right:
+            text.append(" " * (width - len(str(value))))
+        text.append(value)
+        if i < len(rows) - 1:
+            text.append("\n")
+    return text
+
+
+def _spark(values: list[float]) -> Text:
+    """Per-step acceptance, oldest first, on a fixed 0–100 % scale so heights compare across replies."""
+    line = "".join(SPARK_LEVELS[round(v * (len(SPARK_LEVELS) - 1))] for v in values)
+    return Text(line or "–", style="green")
 
 
 def _bar(fraction: float, width: int = 10) -> str:
@@ -53,34 +65,22 @@ def _bar(fraction: float, width: int = 10) -> str:
     return BAR * full + "░" * (width - full)
 
 
-class Sidebar(VerticalScroll):
+class Sidebar(ScrollView):
+    """Sections of text drawn line by line: a refresh re-renders only the lines whose text changed.
+
+    While a reply streams the sidebar changes every frame; as widgets, each changed section would be rendered whole
+    (and laid out again when it grows), and on a CPU every millisecond of that is taken from decoding.
+    """
+
     def __init__(self) -> None:
         super().__init__(id="sidebar")
-        self.box_profile = Static(id="sb-profile")
-        self.box_acceptance = Static(id="sb-acceptance")
-        self.box_spark = Sparkline([], id="sb-spark")
-        self.box_positions = Static(id="sb-positions")
-        self.box_speed = Static(id="sb-speed")
-        self.box_counts = Static(id="sb-counts")
-        self.box_memory = Static(id="sb-memory")
-        self.box_context = Static(id="sb-context")
+        self._sections: list[Text] = []
+        self._lines: list[Text] = []
+        self._strips: dict[int, Strip] = {}
 
-    def compose(self) -> ComposeResult:
-        yield self.box_profile
-        yield self.box_acceptance
-        yield self.box_spark
-        yield self.box_positions
-        yield self.box_speed
-        yield self.box_counts
-        yield self.box_memory
-        yield self.box_context
-
-    def _set(self, box: Static, content: Text | Table, key: str | None = None) -> None:
-        """Update a section only when what it shows changed: every update costs a layout pass."""
-        key = content.plain if key is None else key
-        if getattr(box, "_shown", None) != key:
-            box._shown = key
-            box.update(content)
+    @property
+    def plain(self) -> str:
+        return "\n".join(line.plain for line in self._lines)
 
     def show(self, t: LiveTelemetry, profile: ProfileInfo, memory: MemorySnapshot | None) -> None:
         spec = t.speculation
@@ -96,16 +96,14 @@ class Sidebar(VerticalScroll):
         else:
             head.append(" INACTIVE ", style="bold black on #ffaf00")
             head.append(f"\n{spec.reason}", style="dim")
-        self._set(self.box_profile, head)
 
         mean = t.reply.mean_acceptance_length or t.chat.mean_acceptance_length
-        self._set(self.box_acceptance, *_grid([
+        acceptance = _grid([
             ("acceptance", f"reply {_pct(t.reply.acceptance_rate)} · chat {_pct(t.chat.acceptance_rate)}"),
             ("mean length", "–" if mean is None else f"{mean:.2f} tokens/step"),
-        ]))
-        spark = list(t.spark) or [0.0]
-        if spark != self.box_spark.data:
-            self.box_spark.data = spark
+        ])
+        acceptance.append("\nper step, latest right\n", style="dim")
+        acceptance.append_text(_spark(list(t.spark)[-CONTENT_WIDTH:]))
 
         rates = t.reply.position_rates or t.chat.position_rates
         positions = Text("per position\n", style="dim")
@@ -113,7 +111,8 @@ class Sidebar(VerticalScroll):
             positions.append(f" {i + 1} ")
             positions.append(_bar(rate or 0.0), style="green")
             positions.append(f" {_pct(rate)}\n")
-        self._set(self.box_positions, positions if rates else Text("per position –", style="dim"))
+        if not rates:
+            positions = Text("per position –", style="dim")
 
         now, reply = t.tps_now(), t.reply_rate()
         speed: list[tuple[str, str | Text]] = [
@@ -128,15 +127,14 @@ class Sidebar(VerticalScroll):
             speed.append(("", Text(f"plain {t.plain_tps:.0f} tok/s ({t.plain_source})", style="dim")))
             if speedup < 1 and spec is not None and spec.active:
                 speed.append(("", Text("⚠ slower than plain decoding", style="#ffaf00")))
-        self._set(self.box_speed, *_grid(speed))
 
         r = t.reply
-        self._set(self.box_counts, *_grid([
+        counts = _grid([
             ("drafted", str(r.drafted)),
             ("accepted", str(r.accepted)),
             ("rejected", str(r.drafted - r.accepted)),
             ("ignored", str(r.ignored)),
-        ], right=True))
+        ], right=True)
 
         mem = Text("memory\n", style="dim")
         if memory is None:
@@ -150,7 +148,6 @@ class Sidebar(VerticalScroll):
         if memory is not None:
             for role, size in memory.model_bytes.items():
                 mem.append(f"{role} weights {_mb(size)}\n")
-        self._set(self.box_memory, mem)
 
         ctx = Text("context\n", style="dim")
         if t.n_ctx:
@@ -160,4 +157,48 @@ class Sidebar(VerticalScroll):
                 ctx.append(f"\n{t.trimmed} old messages dropped", style="dim")
         else:
             ctx.append("–")
-        self._set(self.box_context, ctx)
+        self._sections = [head, acceptance, positions, _grid(speed), counts, mem, ctx]
+        self._lay_out()
+
+    def on_resize(self) -> None:
+        self._lay_out(force=True)
+
+    def _lay_out(self, *, force: bool = False) -> None:
+        width = self.scrollable_content_region.width or CONTENT_WIDTH
+        lines: list[Text] = []
+        for section in self._sections:
+            for line in section.split("\n"):
+                # Rich's wrap is the costly step of a refresh: only lines that do not fit go through it.
+                lines.extend(line.wrap(self.app.console, width) if line.cell_len > width else [line])
+            lines.append(Text())
+        old, self._lines = self._lines, lines[:-1]
+        if force or len(old) != len(self._lines):
+            self._strips.clear()
+            self.virtual_size = Size(width, len(self._lines))
+            self.refresh()
+            return
+        run_start: int | None = None
+        for y, (before, after) in enumerate([*zip(old, self._lines), (None, None)]):
+            if before != after:
+                self._strips.pop(y, None)
+                run_start = y if run_start is None else run_start
+            elif run_start is not None:  # repaint each run of changed lines, not the span of all of them
+                self.refresh_lines(run_start, y - run_start)
+                run_start = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()  # e.g. a new theme: every line is drawn again in its colours
+
+    def render_line(self, y: int) -> Strip:
+        index = self.scroll_offset.y + y
+        strip = self._strips.get(index)
+        if strip is None:
+            width, style = self.scrollable_content_region.width, self.rich_style
+            if index >= len(self._lines):
+                return Strip.blank(width, style)
+            line = self._lines[index].copy()
+            line.stylize_before(style)
+            strip = Strip(line.render(self.app.console), line.cell_len).crop_extend(0, width, style)
+            self._strips[index] = strip
+        return strip
