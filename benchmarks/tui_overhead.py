@@ -1,10 +1,12 @@
-"""Decode speed with the Textual app attached versus headless, on the same prompt and profile.
+"""Decode speed with the chat app attached versus `specchat ask`, on the same prompt and profile.
 
-Alternates a headless ``Engine.reply`` (what ``specchat ask`` runs, without printing) with the real app driving the
-same engine configuration, N times, each in a fresh process, and reports the engine's own decode tokens/s for both
-and the median of the paired ratios with its quartiles. The app runs in a real terminal, a tmux pane of the given
-size (the terminal's own work is then on this machine too, as it would be for a user), or with ``--driver
-headless`` through Textual's headless driver, which renders every frame but writes nothing.
+Alternates, N times and each in a fresh process, `specchat ask` and the real app answering the same prompt, and
+reports the engine's own decode tokens/s for both and the median of the paired ratios with its quartiles.
+
+By default both run in a real terminal, a tmux pane of the same size, so the terminal's own work is on this machine
+too, as it would be for a user: `ask` prints its coloured tokens, the app draws its frames. With `--driver headless`
+the app runs through Textual's headless driver (it renders every frame but writes nothing) and the baseline is the
+bare engine call that `ask` makes, without printing.
 
     python benchmarks/tui_overhead.py [--profile tiny] [--repeat 12] [--tokens 300] [--driver tmux|headless]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import shlex
 import shutil
 import sqlite3
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from specchat.app.chat_app import make_app
@@ -31,6 +35,7 @@ from specchat.engine import Engine, ReplyFinished
 from specchat.profiles import engine_config, load_profile
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
+SIZE = (130, 40)
 
 
 def headless(profile: str, tokens: int) -> float:
@@ -46,7 +51,7 @@ async def with_app(profile: str, tokens: int, tmp: Path) -> float:
     settings = Settings(profile=profile, db_path=tmp / "chats.sqlite3", keymap=tmp / "keymap.toml", max_tokens=tokens,
                         resume=False)
     app = make_app(settings)
-    async with app.run_test(size=(130, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.1)
         while app.busy:
             await pilot.pause(0.05)
@@ -60,47 +65,8 @@ async def with_app(profile: str, tokens: int, tmp: Path) -> float:
         return app.telemetry.reply_tps or 0.0
 
 
-def in_terminal(profile: str, tokens: int, tmp: Path, size: tuple[int, int] = (130, 40)) -> float:
-    """The app in a tmux pane: its real driver writes every frame to a real terminal."""
-    db = tmp / f"chats-{time.time_ns()}.sqlite3"
-    code = (
-        "from pathlib import Path; from specchat.app.chat_app import make_app; from specchat.app.settings import Settings; "
-        f"make_app(Settings(profile={profile!r}, db_path=Path({str(db)!r}), keymap=Path({str(tmp / 'keymap.toml')!r}), "
-        f"max_tokens={tokens}, resume=False)).run()"
-    )
-    session = f"specchat-bench-{time.time_ns()}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]),
-                    f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"], check=True)
-
-    def screen() -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-
-    def stored_tps() -> float | None:
-        if not db.exists():
-            return None
-        with sqlite3.connect(db) as conn:
-            row = conn.execute("SELECT telemetry FROM messages WHERE role = 'assistant'").fetchone()
-        return json.loads(row[0]).get("decode_tps") if row else None
-
-    try:
-        deadline = time.monotonic() + 120
-        while "ACTIVE" not in screen() and "INACTIVE" not in screen():  # the badge shows once the models loaded
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the app did not load profile {profile}:\n{screen()}")
-            time.sleep(0.3)
-        subprocess.run(["tmux", "send-keys", "-t", session, "-l", PROMPT], check=True)
-        subprocess.run(["tmux", "send-keys", "-t", session, "Enter"], check=True)
-        while (tps := stored_tps()) is None:
-            if time.monotonic() > deadline + 300:
-                raise SystemExit(f"no reply was stored:\n{screen()}")
-            time.sleep(0.5)  # a slow poll, as a user watching would be: the measurement's own cost stays small
-        return tps
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
-
-
 def in_fresh_process(kind: str, profile: str, tokens: int, tmp: str) -> float:
-    """Each measurement in its own process, as a user session would be (the app lowers its UI thread's priority)."""
+    """One headless measurement in its own process, as a user session would be."""
     code = (
         "import asyncio, sys; from pathlib import Path; sys.path.insert(0, %r); import tui_overhead as t; "
         "print(t.headless(%r, %d) if %r == 'headless' else asyncio.run(t.with_app(%r, %d, Path(%r))))"
@@ -108,6 +74,75 @@ def in_fresh_process(kind: str, profile: str, tokens: int, tmp: str) -> float:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return float(out.strip().splitlines()[-1])
+
+
+class Pane:
+    """A tmux pane of ``SIZE`` running one command: a real terminal that nobody is attached to."""
+
+    def __init__(self, command: str) -> None:
+        self.session = f"specchat-bench-{time.time_ns()}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.session, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
+                        f"{command}; sleep 600"], check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-S", "-200", "-t", self.session], capture_output=True,
+                              text=True).stdout
+
+    def type(self, text: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.session, "-l", text], check=True)
+        subprocess.run(["tmux", "send-keys", "-t", self.session, "Enter"], check=True)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.session], capture_output=True)
+
+
+def in_tmux(command: str, result: Callable[[Pane], float | None], timeout: float = 300) -> float:
+    pane = Pane(command)
+    try:
+        deadline = time.monotonic() + timeout
+        while (value := result(pane)) is None:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out; the terminal shows:\n{pane.screen()}")
+            time.sleep(0.5)  # a slow poll, as a user watching would be: the measurement's own cost stays small
+        return value
+    finally:
+        pane.close()
+
+
+def ask_in_terminal(profile: str, tokens: int) -> float:
+    command = shlex.join([sys.executable, "-m", "specchat", "ask", "--profile", profile, "--max-tokens", str(tokens),
+                          PROMPT])
+
+    def summary(pane: Pane) -> float | None:
+        found = re.search(r"(\d+\.\d) tok/s · TTFT", pane.screen())
+        return float(found.group(1)) if found else None
+
+    return in_tmux(command, summary)
+
+
+def app_in_terminal(profile: str, tokens: int, tmp: Path) -> float:
+    db = tmp / f"chats-{time.time_ns()}.sqlite3"
+    code = (
+        "from pathlib import Path; from specchat.app.chat_app import make_app; from specchat.app.settings import Settings; "
+        f"make_app(Settings(profile={profile!r}, db_path=Path({str(db)!r}), keymap=Path({str(tmp / 'keymap.toml')!r}), "
+        f"max_tokens={tokens}, resume=False)).run()"
+    )
+    sent = False
+
+    def stored_tps(pane: Pane) -> float | None:
+        nonlocal sent
+        if not sent:
+            if "ACTIVE" in pane.screen():  # the badge (ACTIVE or INACTIVE) shows once the models loaded
+                pane.type(PROMPT)
+                sent = True
+            return None
+        if not db.exists():
+            return None
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT telemetry FROM messages WHERE role = 'assistant'").fetchone()
+        return json.loads(row[0]).get("decode_tps") if row else None
+
+    return in_tmux(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}", stored_tps)
 
 
 def main() -> None:
@@ -119,28 +154,28 @@ def main() -> None:
     args = parser.parse_args()
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
-
-        def app_run() -> float:
-            if args.driver == "tmux":
-                return in_terminal(args.profile, args.tokens, Path(tmp))
-            return in_fresh_process("app", args.profile, args.tokens, tmp)
-
-        in_fresh_process("headless", args.profile, 16, tmp)  # warm-up
+        if args.driver == "tmux":
+            baseline_name, app_name = "specchat ask (tmux)", "app (tmux)"
+            baseline = lambda: ask_in_terminal(args.profile, args.tokens)  # noqa: E731
+            app = lambda: app_in_terminal(args.profile, args.tokens, Path(tmp))  # noqa: E731
+        else:
+            baseline_name, app_name = "engine, no output", "app (headless driver)"
+            baseline = lambda: in_fresh_process("headless", args.profile, args.tokens, tmp)  # noqa: E731
+            app = lambda: in_fresh_process("app", args.profile, args.tokens, tmp)  # noqa: E731
+        in_fresh_process("headless", args.profile, 16, tmp)  # warm-up: file caches, the embedded draft
         for rep in range(args.repeat):
             if rep % 2:
-                ui = app_run()
-                bare = in_fresh_process("headless", args.profile, args.tokens, tmp)
+                ui, bare = app(), baseline()
             else:
-                bare = in_fresh_process("headless", args.profile, args.tokens, tmp)
-                ui = app_run()
+                bare, ui = baseline(), app()
             pairs.append((bare, ui))
-            print(f"run {rep + 1}: headless {bare:.1f} tok/s, with the app ({args.driver}) {ui:.1f} tok/s", flush=True)
+            print(f"run {rep + 1}: {baseline_name} {bare:.1f} tok/s, {app_name} {ui:.1f} tok/s", flush=True)
             time.sleep(0.5)
     ratios = [u / b for b, u in pairs]
     q1, median, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
-    print(f"profile {args.profile}, {args.tokens} tokens, app in {args.driver}: headless "
-          f"{statistics.median(b for b, _ in pairs):.1f} tok/s, app {statistics.median(u for _, u in pairs):.1f} tok/s; "
-          f"app / headless = {median:.3f} (median of {len(pairs)} pairs, quartiles {q1:.3f}–{q3:.3f})")
+    print(f"profile {args.profile}, {args.tokens} tokens: {baseline_name} {statistics.median(b for b, _ in pairs):.1f} "
+          f"tok/s, {app_name} {statistics.median(u for _, u in pairs):.1f} tok/s; app / baseline = {median:.3f} "
+          f"(median of {len(pairs)} pairs, quartiles {q1:.3f}–{q3:.3f})")
 
 
 if __name__ == "__main__":

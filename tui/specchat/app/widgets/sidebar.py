@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -40,14 +41,11 @@ def _mb(value: int | None) -> str:
     return "–" if value is None else f"{value / 1e6:,.0f} MB"
 
 
-def _grid(rows: list[tuple[str, str | Text]], *, right: bool = False) -> Text:
+def _grid(rows: list[tuple[str, str | Text]]) -> Text:
     """A label/value grid as plain text: a Rich table costs a full measure-and-render on every refresh."""
     text = Text()
-    width = max((len(str(value)) for _, value in rows), default=0) if right else 0
     for i, (label, value) in enumerate(rows):
         text.append(f"{label:<{LABEL_WIDTH}}", style="dim")
-        if right:
-            text.append(" " * (width - len(str(value))))
         text.append(value)
         if i < len(rows) - 1:
             text.append("\n")
@@ -77,6 +75,7 @@ class Sidebar(ScrollView):
         self._sections: list[Text] = []
         self._lines: list[Text] = []
         self._strips: dict[int, Strip] = {}
+        self._line_style: Style | None = None  # the widget's own style, looked up once: the lookup walks the DOM
 
     @property
     def plain(self) -> str:
@@ -129,12 +128,10 @@ class Sidebar(ScrollView):
                 speed.append(("", Text("⚠ slower than plain decoding", style="#ffaf00")))
 
         r = t.reply
-        counts = _grid([
-            ("drafted", str(r.drafted)),
-            ("accepted", str(r.accepted)),
-            ("rejected", str(r.drafted - r.accepted)),
-            ("ignored", str(r.ignored)),
-        ], right=True)
+        columns = {"drafted": r.drafted, "accepted": r.accepted, "rejected": r.drafted - r.accepted, "ignored": r.ignored}
+        # One line of numbers under one of names: while streaming, one line changes per frame instead of four.
+        counts = Text(" ".join(columns), style="dim")
+        counts.append("\n" + " ".join(f"{value:>{len(name)}}" for name, value in columns.items()))
 
         mem = Text("memory\n", style="dim")
         if memory is None:
@@ -189,12 +186,15 @@ class Sidebar(ScrollView):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._strips.clear()  # e.g. a new theme: every line is drawn again in its colours
+        self._line_style = None
 
     def render_line(self, y: int) -> Strip:
         index = self.scroll_offset.y + y
         strip = self._strips.get(index)
         if strip is None:
-            width, style = self.scrollable_content_region.width, self.rich_style
+            if self._line_style is None:
+                self._line_style = self.rich_style
+            width, style = self.scrollable_content_region.width, self._line_style
             if index >= len(self._lines):
                 return Strip.blank(width, style)
             line = self._lines[index].copy()
