@@ -122,10 +122,11 @@ class Sidebar(ScrollView):
         if speedup is None:
             speed.append(("vs plain", "–" if t.plain_tps is None else f"plain {t.plain_tps:.0f} tok/s"))
         else:
-            speed.append(("vs plain", Text(f"{speedup:.2f}×", style="bold green" if speedup >= 1 else "bold #ffaf00")))
-            speed.append(("", Text(f"plain {t.plain_tps:.0f} tok/s ({t.plain_source})", style="dim")))
+            value = Text(f"{speedup:.2f}×", style="bold green" if speedup >= 1 else "bold #ffaf00")
+            value.append(f" of {t.plain_tps:.0f} tok/s", style="dim")
+            speed.append(("vs plain", value))
             if speedup < 1 and spec is not None and spec.active:
-                speed.append(("", Text("⚠ slower than plain decoding", style="#ffaf00")))
+                speed.append(("", Text("⚠ slower than plain", style="#ffaf00")))
 
         r = t.reply
         columns = {"drafted": r.drafted, "accepted": r.accepted, "rejected": r.drafted - r.accepted, "ignored": r.ignored}
@@ -154,7 +155,10 @@ class Sidebar(ScrollView):
                 ctx.append(f"\n{t.trimmed} old messages dropped", style="dim")
         else:
             ctx.append("–")
-        self._sections = [head, acceptance, positions, _grid(speed), counts, mem, ctx]
+        speed_text = _grid(speed)
+        if speedup is not None:  # under the grid, so a long source wraps at the sidebar's edge, not into a column
+            speed_text.append(f"\n({t.plain_source})", style="dim")
+        self._sections = [head, acceptance, positions, speed_text, counts, mem, ctx]
         self._lay_out()
 
     def on_resize(self) -> None:
