@@ -323,7 +323,7 @@ class SpecchatApp(App):
         self.chat.scroll_end(animate=False)
         self.busy = "generating"
         self._cancel.clear()
-        self._frame_timer.resume()
+        self._streaming(True)
         self.engine_thread.submit(lambda: self.generate(text))
 
     def generate(self, text: str) -> None:
@@ -336,6 +336,14 @@ class SpecchatApp(App):
                     self._inbox.append(event)  # all the engine thread does per event: it never waits on the UI
             except SpecchatError as exc:
                 self.post_message(self.ReplyFailed(str(exc)))
+
+    def _streaming(self, on: bool) -> None:
+        """Frames run while a reply streams; the prompt's cursor stops blinking then, since each blink is a frame."""
+        if on:
+            self._frame_timer.resume()
+        else:
+            self._frame_timer.pause()
+        self.query_one(PromptInput).cursor_blink = not on
 
     def _drain_inbox(self) -> None:
         events = []
@@ -351,7 +359,7 @@ class SpecchatApp(App):
             view.add(message.events)
         finished = next((e for e in message.events if isinstance(e, ReplyFinished)), None)
         if finished is not None:
-            self._frame_timer.pause()
+            self._streaming(False)
             self.busy = None
             if view is not None:
                 view.finish(finished.finish_reason)
@@ -362,7 +370,7 @@ class SpecchatApp(App):
         self._follow()
 
     def on_specchat_app_reply_failed(self, message: ReplyFailed) -> None:
-        self._frame_timer.pause()
+        self._streaming(False)
         self.busy = None
         if self._last_reply is not None and not self._last_reply.segments:
             self._last_reply.remove()
