@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections import deque
 import re
 import sqlite3
 import threading
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -38,7 +38,8 @@ from .widgets.reply import ReplyView, UserMessage, legend
 from .widgets.sidebar import MemorySnapshot, ProfileInfo, Sidebar
 
 # On a CPU the UI competes with llama.cpp's threads for the same cores: every redraw costs decode speed, about one
-# for one. Tokens and the sidebar are therefore refreshed together, five times a second (the sidebar must lag by less than 250 ms), on the UI's own clock.
+# for one. Tokens and the sidebar are therefore refreshed together, five times a second (the sidebar must lag by
+# less than 250 ms), on the UI's own clock.
 FRAME_S = 0.2
 
 
@@ -370,6 +371,7 @@ class SpecchatApp(App):
         self._follow()
 
     def on_specchat_app_reply_failed(self, message: ReplyFailed) -> None:
+        self._drain_inbox()  # what the engine said before failing (e.g. a trimmed context) still reaches the telemetry
         self._streaming(False)
         self.busy = None
         if self._last_reply is not None and not self._last_reply.segments:

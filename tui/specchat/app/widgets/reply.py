@@ -133,24 +133,25 @@ class ProvenanceBlocks(ResizedInPlace, Vertical):
         return text
 
 
-def split_think(segments: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
-    """Qwen3-style replies open with <think>…</think>: split them off so the thinking can be collapsed.
-
-    Returns (thinking segments, answer segments, index of the first answer segment).
+def answer_start(segments: list[tuple[str, str]]) -> tuple[int, bool]:
+    """Qwen3-style replies open with <think>…</think>: the index of the first answer segment (the thinking comes
+    before it), and whether that index is settled — it is not while the reply may still turn out to think, or while
+    the thinking goes on.
     """
     joined = "".join(piece for piece, _ in segments)
-    if not joined.lstrip().startswith(THINK_OPEN):
-        return [], segments, 0
+    opened = joined.lstrip()
+    if not opened.startswith(THINK_OPEN):
+        return 0, len(opened) >= len(THINK_OPEN)
     end = joined.find(THINK_CLOSE)
     if end < 0:
-        return segments, [], len(segments)
+        return len(segments), False
     end += len(THINK_CLOSE)
     seen = 0
     for i, (piece, _) in enumerate(segments):
         seen += len(piece)
         if seen >= end:
-            return segments[: i + 1], segments[i + 1 :], i + 1
-    return segments, [], len(segments)
+            return i + 1, i + 1 < len(segments)
+    return len(segments), False
 
 
 class UserMessage(Static):
@@ -227,9 +228,8 @@ class ReplyView(ResizedInPlace, Vertical):
         """Index of the first answer segment; the thinking, if any, comes before it. Settled once, then cached."""
         if self._answer_from is not None:
             return self._answer_from
-        _think, _answer, first = split_think(self.segments)
-        opened = self.text.lstrip()
-        if len(opened) >= len(THINK_OPEN) and (not opened.startswith(THINK_OPEN) or first < len(self.segments)):
+        first, settled = answer_start(self.segments)
+        if settled:
             self._answer_from = first
         return first
 

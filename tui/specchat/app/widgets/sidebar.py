@@ -105,13 +105,11 @@ class Sidebar(ScrollView):
         acceptance.append_text(_spark(list(t.spark)[-CONTENT_WIDTH:]))
 
         rates = t.reply.position_rates or t.chat.position_rates
-        positions = Text("per position\n", style="dim")
+        positions = Text("per position" + ("\n" if rates else " –"), style="dim")
         for i, rate in enumerate(rates[:8]):
             positions.append(f" {i + 1} ")
             positions.append(_bar(rate or 0.0), style="green")
             positions.append(f" {_pct(rate)}\n")
-        if not rates:
-            positions = Text("per position –", style="dim")
 
         now, reply = t.tps_now(), t.reply_rate()
         speed: list[tuple[str, str | Text]] = [
