@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import shutil
 import time
 
 import pytest
+from rich.console import Console
 from rich.text import Text
 from textual import events
+from textual._compositor import Compositor
 
 from specchat.app.chat_app import SpecchatApp, make_app
+from specchat.app.chat_screen import DirtyRowsCompositor
 from specchat.app.screens import ABScreen, HelpScreen, ProfileScreen
 from specchat.app.settings import Settings
 from specchat.app.widgets.prompt import PromptInput
-from specchat.app.widgets.reply import ProvenanceBlock, ReplyView, provenance_text
+from specchat.app.widgets.reply import ProvenanceLines, ReplyView, provenance_text
 from specchat.engine.events import TokenEmitted, TokenKind
 from specchat.store import Store
 
@@ -84,7 +89,7 @@ async def test_reply_streams_in_colour_with_live_telemetry(settings):
         assert "ACTIVE" in text and f"reply {t.reply.acceptance_rate:.0%}" in text and f"{t.reply.drafted}" in text
         assert "no GPU" in text and "target weights" in text and "/ 4096" in text
         # The body is coloured segment by segment.
-        styles = {str(span.style) for block in view.body.query(ProvenanceBlock) for span in block.content.spans}
+        styles = {str(span.style) for span in view.body.content.spans}
         assert "green" in styles and "#ffaf00" in styles
 
 
@@ -308,30 +313,68 @@ def test_app_runs_in_a_real_terminal_session(settings):
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
 
-async def test_reply_blocks_show_every_segment_once_in_its_colour(settings):
-    """A streamed reply is drawn as blocks closed at line ends; together they are exactly the reply, coloured."""
+async def test_reply_lines_show_every_segment_once_in_its_colour(settings):
+    """A streamed reply is wrapped a paragraph at a time and drawn line by line; the lines on screen are exactly the
+    whole reply wrapped at once, in its colours, with ghosts off and on."""
     settings.max_tokens = 160
     async with make_app(settings).run_test(size=SIZE) as pilot:
-        await ready(pilot)
+        app = await ready(pilot)
         view = await ask(pilot, "Write a Python function that sorts a list, with a docstring and three comments.")
-
-        def shown() -> list[tuple[str, str]]:
-            return styled_chars(Text("\n").join(b.content for b in view.body.query(ProvenanceBlock)))
-
-        assert len(view.body.query(ProvenanceBlock)) >= 2, "a reply of several lines closes blocks"
         assert view.ghosts, "the self-draft is rejected somewhere in a reply this long"
-        assert shown() == styled_chars(provenance_text(view.segments, view.ghosts, False))
-        await pilot.press("ctrl+g")  # ghosts on: every block is drawn again, rejected drafts in place
-        await pilot.pause()
-        assert shown() == styled_chars(provenance_text(view.segments, view.ghosts, True))
+        assert "\n" in view.text, "a reply of several paragraphs"
+        for ghosts in (False, True):
+            whole = provenance_text(view.segments, view.ghosts, ghosts)
+            assert styled_chars(view.body.content) == styled_chars(whole)
+            expected = whole.wrap(app.console, view.body.size.width)
+            assert view.body.size.height == len(expected)
+            assert drawn(view.body) == [line.plain.rstrip() for line in expected]
+            assert any(segment.style.color and segment.style.color.name == "green"
+                       for y in range(len(expected)) for segment in view.body.render_line(y))
+            await pilot.press("ctrl+g")  # ghosts on: the reply is drawn again, rejected drafts in place
+            await pilot.pause()
+
+
+def drawn(widget: ProvenanceLines) -> list[str]:
+    """The lines the widget hands the compositor, as text."""
+    return [widget.render_line(y).text.rstrip() for y in range(widget.size.height)]
 
 
 def styled_chars(text: Text) -> list[tuple[str, str]]:
-    """Each character with its style; line ends left out (blocks end where a line does)."""
+    """Each character with its style; line ends left out (a paragraph ends where a line does)."""
     styles = [""] * len(text.plain)
     for span in text.spans:
         styles[span.start : span.end] = [str(span.style)] * (span.end - span.start)
     return [(char, style) for char, style in zip(text.plain, styles) if char != "\n"]
+
+
+async def test_each_frame_paints_what_textuals_own_compositor_would(settings, monkeypatch):
+    """The chat screen's compositor renders only the dirty rows of each widget; every frame of a real streamed reply
+    (sidebar, reply lines, the scroll when the room below the reply runs out) must write exactly the terminal output
+    that Textual's stock compositor writes for the same dirty regions."""
+    settings.max_tokens = 200
+    frames: list[bool] = []
+    ours = DirtyRowsCompositor.render_partial_update
+
+    def checked(compositor: DirtyRowsCompositor):
+        dirty = set(compositor._dirty_regions)
+        update = ours(compositor)
+        compositor._dirty_regions.update(dirty)
+        compositor._get_renders = functools.partial(Compositor._get_renders, compositor)  # the stock renders
+        try:
+            stock = Compositor.render_partial_update(compositor)
+        finally:
+            del compositor._get_renders
+        if update is not None:
+            frames.append(update.render_segments(console) == stock.render_segments(console))
+        return update
+
+    console = Console(file=io.StringIO(), force_terminal=True, color_system="truecolor")
+    monkeypatch.setattr(DirtyRowsCompositor, "render_partial_update", checked)
+    async with make_app(settings).run_test(size=(100, 24)) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "Write a long story about a lighthouse keeper.")
+        assert isinstance(app.screen._compositor, DirtyRowsCompositor)
+    assert len(frames) >= 10 and all(frames)
 
 
 async def test_stream_is_followed_only_while_the_reader_is_at_the_bottom(settings):
@@ -369,11 +412,11 @@ async def test_thinking_is_shown_while_streaming_and_folded_when_done(settings):
         app.post_message(SpecchatApp.EventsArrived(tokens[:6]))
         await pilot.pause(0.1)
         assert view.think_box.display and not view.think_box.collapsed  # still thinking: shown, open
-        assert "wants a" in "".join(b.content.plain for b in view.think_text.query(ProvenanceBlock))
+        assert "wants a" in view.think_text.content.plain
         app.post_message(SpecchatApp.EventsArrived(tokens[6:]))
         await pilot.pause(0.1)
         view.finish("stop")
         await pilot.pause(0.1)
         assert view.think_box.collapsed
-        answer = "".join(b.content.plain for b in view.body.query(ProvenanceBlock))
+        answer = view.body.content.plain
         assert answer.strip() == "Apple." and "think" not in answer

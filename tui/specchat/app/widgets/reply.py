@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.css.scalar import Unit
-from textual.geometry import Size
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
 
 from ...engine.events import DraftRejected, TokenEmitted
@@ -21,12 +23,10 @@ STYLES = {
 }
 GHOST_STYLE = "dim strike"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+FINISH_LABELS = {"cancelled": "⏹ cancelled", "context_full": "context full", "length": "stopped at the token limit"}
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
-# A streaming reply is split into blocks at line ends so each frame re-renders only the last block: re-rendering the
-# whole reply grows with its length and competes with decoding for the CPU.
-MIN_BLOCK_SEGMENTS = 32
-# While streaming, the last block keeps blank lines below its text: a line added inside them changes no widget's size,
-# so the frame needs no layout pass and repaints only that block (and the chat scrolls only when they run out).
+# While streaming, a reply keeps blank lines below its text: a line added inside them changes no widget's size, so the
+# frame needs no layout pass (and the chat scrolls only when they run out).
 ROOM_LINES = 6
 
 
@@ -63,74 +63,114 @@ class ResizedInPlace:
         return super()._size_updated(size, virtual_size, container_size, layout=False)
 
 
-class ProvenanceBlock(ResizedInPlace, Static):
-    pass
+class ProvenanceLines(ResizedInPlace, Widget):
+    """Coloured segments drawn line by line: a frame re-renders only the screen lines whose text changed.
 
-
-class ProvenanceBlocks(ResizedInPlace, Vertical):
-    """Coloured segments as a column of blocks that end at line ends; while streaming only the last block changes.
-
-    A block is closed at a segment that ends a line, never at the newest segment (its rejected draft may still arrive
-    as a ghost), and once it holds at least ``MIN_BLOCK_SEGMENTS`` segments. While streaming, the last block has a fixed
-    height with up to ``ROOM_LINES`` blank lines below its text.
+    The text is kept as paragraphs: a paragraph is closed at a segment that ends a line, never at the newest segment
+    (its rejected draft may still arrive as a ghost) nor where a ghost follows the line end (it would start the next
+    line), and is wrapped once; each frame wraps only the open paragraph. While streaming the widget keeps up to
+    ``ROOM_LINES`` blank lines below its text, so a new line usually needs no layout pass.
     """
+
+    DEFAULT_CSS = "ProvenanceLines { height: auto; }"
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.closed: list[int] = []  # segment index where each closed block ends
-        self.tail = ProvenanceBlock(classes="provenance-block")
-        self._shown: tuple[bool, int, int] | None = None  # (ghosts shown, first segment, end of segments shown)
+        self._segments: list[tuple[str, str]] = []
+        self._ghosts: dict[int, str] = {}
+        self._show_ghosts = False
+        self._first = self._end = 0
+        self._streaming = False
+        self._paragraphs: list[Text] = []  # closed paragraphs, then the open one
+        self._open_from = 0  # index of the open paragraph's first segment
+        self._closed_lines: list[Text] = []  # the closed paragraphs, wrapped
+        self._lines: list[Text] = []
+        self._strips: dict[int, Strip] = {}
+        self._height = 0  # lines laid out: the text's, plus room while streaming
+        self._width = 0  # the width the lines were wrapped to
+        self._line_style: Style | None = None  # looked up once: the lookup walks the DOM
 
-    def compose(self) -> ComposeResult:
-        yield self.tail
+    @property
+    def content(self) -> Text:
+        """The text shown, unwrapped."""
+        return Text("\n").join(self._paragraphs)
 
     def show(self, segments: list[tuple[str, str]], ghosts: dict[int, str], show_ghosts: bool, first: int,
              end: int, *, streaming: bool = False) -> None:
         """Show ``segments[first:end]``; ghosts are keyed by index in ``segments``."""
-        if self._shown is None or self._shown[:2] != (show_ghosts, first) or self._shown[2] > end:
-            self._reset()
-        start = self.closed[-1] if self.closed else first
-        mounted = False
-        while (stop := self._block_end(segments, ghosts, start, end)) is not None:
-            block = ProvenanceBlock(self._block(segments, ghosts, show_ghosts, start, stop, end),
-                                    classes="provenance-block")
-            self.mount(block, before=self.tail)
-            self.closed.append(stop)
-            start, mounted = stop, True
-        text = self._block(segments, ghosts, show_ghosts, start, end, end)
-        self._shown = (show_ghosts, first, end)
-        width = self.tail.size.width
-        if not streaming or not width:
-            self.tail.styles.height = None
-            self.tail.update(text)
-            return
-        self.tail.update(text, layout=False)
-        needed = self.tail.get_content_height(self.size, self.size, width)
-        room = self.tail.styles.height
-        if mounted or room is None or room.unit is not Unit.CELLS or needed > room.value:
-            self.tail.styles.height = needed + ROOM_LINES
+        if (show_ghosts, first) != (self._show_ghosts, self._first) or end < self._end:
+            self._reset(first)
+        self._segments, self._ghosts, self._show_ghosts = segments, ghosts, show_ghosts
+        self._first, self._end, self._streaming = first, end, streaming
+        if self.size.width:  # else the first layout wraps the text, in get_content_height
+            self._update()
 
-    def _reset(self) -> None:
-        for block in list(self.query(ProvenanceBlock)):
-            if block is not self.tail:
-                block.remove()
-        self.closed = []
+    def on_resize(self) -> None:
+        self._update()
 
-    @staticmethod
-    def _block_end(segments: list[tuple[str, str]], ghosts: dict[int, str], start: int, end: int) -> int | None:
-        # A ghost after a line end would start the next line: such a segment does not end a block.
-        for i in range(start + MIN_BLOCK_SEGMENTS - 1, end - 1):
-            if segments[i][0].endswith("\n") and i not in ghosts:
-                return i + 1
-        return None
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()  # e.g. a new theme: every line is drawn again in its colours
+        self._line_style = None
 
-    @staticmethod
-    def _block(segments: list[tuple[str, str]], ghosts: dict[int, str], show_ghosts: bool, start: int, stop: int,
-               end: int) -> Text:
-        text = provenance_text(segments[start:stop], ghosts, show_ghosts, offset=start)
-        if stop < end:
-            text.right_crop(1)  # the line end: the next block starts on the next line anyway
-        return text
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if width != self._width:
+            self._wrap(width)
+        self._height = len(self._lines) + (ROOM_LINES if self._streaming else 0)
+        return self._height
+
+    def _reset(self, first: int) -> None:
+        self._paragraphs, self._closed_lines, self._open_from = [], [], first
+
+    def _update(self) -> None:
+        old = self._lines
+        self._wrap(self.size.width)
+        needed = len(self._lines)
+        if needed > self._height or (not self._streaming and needed != self._height):
+            self.refresh(layout=True)
+        lines = max(len(old), needed)
+        run_start: int | None = None
+        for y in range(lines + 1):
+            if y < lines and old[y:y + 1] != self._lines[y:y + 1]:
+                self._strips.pop(y, None)
+                run_start = y if run_start is None else run_start
+            elif run_start is not None:  # repaint each run of changed lines, not the span of all of them
+                self.refresh(Region(0, run_start, self.size.width, y - run_start))
+                run_start = None
+
+    def _wrap(self, width: int) -> None:
+        if width != self._width:
+            self._reset(self._first)
+            self._width = width
+            self._strips.clear()
+        console = self.app.console
+        closed = self._paragraphs[:-1]
+        start = self._open_from
+        for i in range(start, self._end - 1):
+            if self._segments[i][0].endswith("\n") and not (self._show_ghosts and i in self._ghosts):
+                paragraph = provenance_text(self._segments[start:i + 1], self._ghosts, self._show_ghosts, offset=start)
+                paragraph.right_crop(1)  # the line end: the next paragraph starts on the next line anyway
+                closed.append(paragraph)
+                self._closed_lines.extend(paragraph.wrap(console, width))
+                start = i + 1
+        self._open_from = start
+        open_paragraph = provenance_text(self._segments[start:self._end], self._ghosts, self._show_ghosts, offset=start)
+        self._paragraphs = [*closed, open_paragraph]
+        self._lines = self._closed_lines + list(open_paragraph.wrap(console, width))
+
+    def render_line(self, y: int) -> Strip:
+        strip = self._strips.get(y)
+        if strip is None:
+            if self._line_style is None:
+                self._line_style = self.rich_style
+            width, style = self.size.width, self._line_style
+            if y >= len(self._lines):
+                return Strip.blank(width, style)
+            line = self._lines[y].copy()
+            line.stylize_before(style)
+            strip = Strip(line.render(self.app.console), line.cell_len).crop_extend(0, width, style)
+            self._strips[y] = strip
+        return strip
 
 
 def answer_start(segments: list[tuple[str, str]]) -> tuple[int, bool]:
@@ -160,7 +200,11 @@ class UserMessage(Static):
 
 
 class ReplyView(ResizedInPlace, Vertical):
-    """A reply: provenance colours while streaming; after it finishes, optionally rendered Markdown."""
+    """A reply: provenance colours while streaming; after it finishes, optionally rendered Markdown.
+
+    Only the body is mounted with the reply; the thinking box, the Markdown view and the status line are mounted when
+    first needed, since every widget mounted as a reply starts is styled and laid out while the model answers.
+    """
 
     def __init__(self, *, show_ghosts: bool = False) -> None:
         super().__init__(classes="reply")
@@ -170,23 +214,17 @@ class ReplyView(ResizedInPlace, Vertical):
         self.show_ghosts = show_ghosts
         self.markdown = False
         self.finish_reason: str | None = None
-        self.think_text = ProvenanceBlocks(classes="think-text")
-        self.think_box = Collapsible(self.think_text, title="thinking", collapsed=False, classes="think")
-        self.body = ProvenanceBlocks(classes="reply-body")
-        self.rendered = Markdown(classes="reply-markdown")
-        self.status_line = Static(classes="reply-status")
+        self.body = ProvenanceLines(classes="reply-body")
+        self.think_text: ProvenanceLines | None = None
+        self.think_box: Collapsible | None = None
+        self.rendered: Markdown | None = None
+        self.status_line: Static | None = None
         self._answer_from: int | None = None  # index of the first answer segment, once the thinking is known
 
     def compose(self) -> ComposeResult:
-        yield self.think_box
         yield self.body
-        yield self.rendered
-        yield self.status_line
 
     def on_mount(self) -> None:
-        self.think_box.display = False
-        self.rendered.display = False
-        self.status_line.display = False
         self.refresh_view()
 
     @property
@@ -212,7 +250,7 @@ class ReplyView(ResizedInPlace, Vertical):
 
     def finish(self, finish_reason: str | None) -> None:
         self.finish_reason = finish_reason
-        if self._answer_start():
+        if self.think_box is not None:
             self.think_box.collapsed = True
         self.refresh_view()
 
@@ -237,24 +275,33 @@ class ReplyView(ResizedInPlace, Vertical):
         if not self.is_mounted:
             return
         first = self._answer_start()
-        self.think_box.display = first > 0
         streaming = self.finish_reason is None
-        if first:
+        if first and self.think_box is None:
+            self.think_text = ProvenanceLines(classes="think-text")
+            self.think_box = Collapsible(self.think_text, title="thinking", collapsed=not streaming, classes="think")
+            self.mount(self.think_box, before=self.body)
+        if self.think_box is not None and self.think_text is not None:
+            self.think_box.display = first > 0
             self.think_text.show(self.segments, self.ghosts, self.show_ghosts, 0, first,
                                  streaming=streaming and first == len(self.segments))
         self.body.display = not self.markdown
-        self.rendered.display = self.markdown
-        if self.markdown:
-            self.rendered.update("".join(piece for piece, _ in self.segments[first:]))
-        else:
+        if self.markdown and self.rendered is None:
+            self.rendered = Markdown(classes="reply-markdown")
+            self.mount(self.rendered, after=self.body)
+        if self.rendered is not None:
+            self.rendered.display = self.markdown
+            if self.markdown:
+                self.rendered.update("".join(piece for piece, _ in self.segments[first:]))
+        if not self.markdown:
             self.body.show(self.segments, self.ghosts, self.show_ghosts, first, len(self.segments),
                            streaming=streaming and first < len(self.segments))
-        if self.finish_reason in ("cancelled", "context_full", "length"):
-            label = {"cancelled": "⏹ cancelled", "context_full": "context full", "length": "stopped at the token limit"}
-            self.status_line.update(Text(label[self.finish_reason], style="italic dim"))
-            self.status_line.display = True
-        else:
-            self.status_line.display = False
+        label = FINISH_LABELS.get(self.finish_reason or "")
+        if label and self.status_line is None:
+            self.status_line = Static(classes="reply-status")
+            self.mount(self.status_line)
+        if self.status_line is not None:
+            self.status_line.update(Text(label or "", style="italic dim"))
+            self.status_line.display = label is not None
 
     def code_blocks(self) -> list[str]:
         return CODE_BLOCK.findall(self.text)
