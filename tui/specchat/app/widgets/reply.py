@@ -124,13 +124,13 @@ class ProvenanceLines(ResizedInPlace, Widget):
 
     def _update(self) -> None:
         old = self._lines
-        self._wrap(self.size.width)
+        kept = self._wrap(self.size.width)
         needed = len(self._lines)
         if needed > self._height or (not self._streaming and needed != self._height):
             self.refresh(layout=True)
         lines = max(len(old), needed)
         run_start: int | None = None
-        for y in range(lines + 1):
+        for y in range(kept, lines + 1):
             if y < lines and old[y:y + 1] != self._lines[y:y + 1]:
                 self._strips.pop(y, None)
                 run_start = y if run_start is None else run_start
@@ -138,11 +138,13 @@ class ProvenanceLines(ResizedInPlace, Widget):
                 self.refresh(Region(0, run_start, self.size.width, y - run_start))
                 run_start = None
 
-    def _wrap(self, width: int) -> None:
+    def _wrap(self, width: int) -> int:
+        """Wrap what is new since the last call; returns how many leading lines are the same as before."""
         if width != self._width:
             self._reset(self._first)
             self._width = width
             self._strips.clear()
+        kept = len(self._closed_lines)
         console = self.app.console
         closed = self._paragraphs[:-1]
         start = self._open_from
@@ -157,6 +159,7 @@ class ProvenanceLines(ResizedInPlace, Widget):
         open_paragraph = provenance_text(self._segments[start:self._end], self._ghosts, self._show_ghosts, offset=start)
         self._paragraphs = [*closed, open_paragraph]
         self._lines = self._closed_lines + list(open_paragraph.wrap(console, width))
+        return kept
 
     def render_line(self, y: int) -> Strip:
         strip = self._strips.get(y)

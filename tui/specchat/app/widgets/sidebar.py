@@ -73,6 +73,7 @@ class Sidebar(ScrollView):
     def __init__(self) -> None:
         super().__init__(id="sidebar")
         self._sections: list[Text] = []
+        self._wrapped: list[tuple[Text, list[Text]]] = []  # each section as last laid out, and its lines
         self._lines: list[Text] = []
         self._strips: dict[int, Strip] = {}
         self._line_style: Style | None = None  # the widget's own style, looked up once: the lookup walks the DOM
@@ -164,11 +165,22 @@ class Sidebar(ScrollView):
 
     def _lay_out(self, *, force: bool = False) -> None:
         width = self.scrollable_content_region.width or CONTENT_WIDTH
-        lines: list[Text] = []
-        for section in self._sections:
+        if force:
+            self._wrapped = []
+        wrapped = []
+        for i, section in enumerate(self._sections):
+            if i < len(self._wrapped) and self._wrapped[i][0] == section:
+                wrapped.append(self._wrapped[i])  # most sections are unchanged from one frame to the next
+                continue
+            section_lines = []
             for line in section.split("\n"):
                 # Rich's wrap is the costly step of a refresh: only lines that do not fit go through it.
-                lines.extend(line.wrap(self.app.console, width) if line.cell_len > width else [line])
+                section_lines.extend(line.wrap(self.app.console, width) if line.cell_len > width else [line])
+            wrapped.append((section, section_lines))
+        self._wrapped = wrapped
+        lines: list[Text] = []
+        for _, section_lines in wrapped:
+            lines.extend(section_lines)
             lines.append(Text())
         old, self._lines = self._lines, lines[:-1]
         if force or len(old) != len(self._lines):
@@ -178,7 +190,7 @@ class Sidebar(ScrollView):
             return
         run_start: int | None = None
         for y, (before, after) in enumerate([*zip(old, self._lines), (None, None)]):
-            if before != after:
+            if before is not after and before != after:
                 self._strips.pop(y, None)
                 run_start = y if run_start is None else run_start
             elif run_start is not None:  # repaint each run of changed lines, not the span of all of them
