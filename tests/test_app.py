@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 from textual import events
 from textual._compositor import Compositor
+from textual.widgets._markdown import MarkdownFence
 
 from specchat.app.chat_app import SpecchatApp, make_app
 from specchat.app.chat_screen import DirtyRowsCompositor
@@ -345,6 +346,24 @@ def styled_chars(text: Text) -> list[tuple[str, str]]:
     for span in text.spans:
         styles[span.start : span.end] = [str(span.style)] * (span.end - span.start)
     return [(char, style) for char, style in zip(text.plain, styles) if char != "\n"]
+
+
+async def test_markdown_toggle_renders_the_finished_reply_with_its_code_highlighted(settings):
+    settings.max_tokens = 120
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        view = await ask(pilot, "Write a Python function that returns the square of a number.")
+        code = view.code_blocks()
+        assert code, "the bundled model answers this with a fenced code block"
+        await pilot.press("f3")
+        await wait_until(pilot, lambda: view.rendered is not None and bool(view.rendered.query(MarkdownFence)))
+        await pilot.pause(0.1)
+        assert view.rendered.display and not view.body.display
+        assert view.rendered.size.height > 0 and view.size.height >= view.rendered.size.height
+        assert view.rendered.query(MarkdownFence).first().code.strip() == code[0].strip()
+        await pilot.press("f3")  # back to the provenance colours
+        await pilot.pause(0.1)
+        assert view.body.display and not view.rendered.display and view.body.size.height > 0
 
 
 async def test_each_frame_paints_what_textuals_own_compositor_would(settings, monkeypatch):

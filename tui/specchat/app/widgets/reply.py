@@ -288,13 +288,15 @@ class ReplyView(ResizedInPlace, Vertical):
             self.think_text.show(self.segments, self.ghosts, self.show_ghosts, 0, first,
                                  streaming=streaming and first == len(self.segments))
         self.body.display = not self.markdown
-        if self.markdown and self.rendered is None:
-            self.rendered = Markdown(classes="reply-markdown")
-            self.mount(self.rendered, after=self.body)
+        if self.markdown:
+            answer = "".join(piece for piece, _ in self.segments[first:])
+            if self.rendered is None:  # given its text now: a Markdown widget clears itself when it is mounted
+                self.rendered = Markdown(answer, classes="reply-markdown")
+                self.mount(self.rendered, after=self.body)
+            else:
+                self.rendered.update(answer)
         if self.rendered is not None:
             self.rendered.display = self.markdown
-            if self.markdown:
-                self.rendered.update("".join(piece for piece, _ in self.segments[first:]))
         if not self.markdown:
             self.body.show(self.segments, self.ghosts, self.show_ghosts, first, len(self.segments),
                            streaming=streaming and first < len(self.segments))
