@@ -8,7 +8,7 @@ too, as it would be for a user: `ask` prints its coloured tokens, the app draws 
 the app runs through Textual's headless driver (it renders every frame but writes nothing) and the baseline is the
 bare engine call that `ask` makes, without printing.
 
-    python benchmarks/tui_overhead.py [--profile tiny] [--repeat 12] [--tokens 300] [--driver tmux|headless]
+    python benchmarks/tui_overhead.py [--profile tiny] [--repeat 24] [--tokens 300] [--driver tmux|headless]
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def app_in_terminal(profile: str, tokens: int, tmp: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--repeat", type=int, default=12)
+    parser.add_argument("--repeat", type=int, default=24)
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--driver", choices=("tmux", "headless"), default="tmux" if shutil.which("tmux") else "headless")
     args = parser.parse_args()
