@@ -81,8 +81,12 @@ class Pane:
 
     def __init__(self, command: str) -> None:
         self.session = f"specchat-bench-{time.time_ns()}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.session, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
-                        f"{command}; sleep 600"], check=True)
+        start = ["tmux", "new-session", "-d", "-s", self.session, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
+                 f"{command}; sleep 600"]
+        if subprocess.run(start, capture_output=True).returncode:
+            # Closing the previous pane's session stops tmux's server; a session started meanwhile can meet it exiting.
+            time.sleep(1)
+            subprocess.run(start, check=True)
 
     def screen(self) -> str:
         return subprocess.run(["tmux", "capture-pane", "-p", "-S", "-200", "-t", self.session], capture_output=True,

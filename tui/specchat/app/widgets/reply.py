@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -14,6 +13,7 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
 
 from ...engine.events import DraftRejected, TokenEmitted
+from .text_lines import TextLines
 
 STYLES = {
     "accepted": "green",
@@ -63,7 +63,7 @@ class ResizedInPlace:
         return super()._size_updated(size, virtual_size, container_size, layout=False)
 
 
-class ProvenanceLines(ResizedInPlace, Widget):
+class ProvenanceLines(ResizedInPlace, TextLines, Widget):
     """Coloured segments drawn line by line: a frame re-renders only the screen lines whose text changed.
 
     The text is kept as paragraphs: a paragraph is closed at a segment that ends a line, never at the newest segment
@@ -84,11 +84,8 @@ class ProvenanceLines(ResizedInPlace, Widget):
         self._paragraphs: list[Text] = []  # closed paragraphs, then the open one
         self._open_from = 0  # index of the open paragraph's first segment
         self._closed_lines: list[Text] = []  # the closed paragraphs, wrapped
-        self._lines: list[Text] = []
-        self._strips: dict[int, Strip] = {}
         self._height = 0  # lines laid out: the text's, plus room while streaming
         self._width = 0  # the width the lines were wrapped to
-        self._line_style: Style | None = None  # looked up once: the lookup walks the DOM
 
     @property
     def content(self) -> Text:
@@ -107,11 +104,6 @@ class ProvenanceLines(ResizedInPlace, Widget):
 
     def on_resize(self) -> None:
         self._update()
-
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._strips.clear()  # e.g. a new theme: every line is drawn again in its colours
-        self._line_style = None
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if width != self._width:
@@ -132,7 +124,7 @@ class ProvenanceLines(ResizedInPlace, Widget):
         run_start: int | None = None
         for y in range(kept, lines + 1):
             if y < lines and old[y:y + 1] != self._lines[y:y + 1]:
-                self._strips.pop(y, None)
+                self._forget(y)
                 run_start = y if run_start is None else run_start
             elif run_start is not None:  # repaint each run of changed lines, not the span of all of them
                 self.refresh(Region(0, run_start, self.size.width, y - run_start))
@@ -143,7 +135,7 @@ class ProvenanceLines(ResizedInPlace, Widget):
         if width != self._width:
             self._reset(self._first)
             self._width = width
-            self._strips.clear()
+            self._forget()
         kept = len(self._closed_lines)
         console = self.app.console
         closed = self._paragraphs[:-1]
@@ -162,18 +154,7 @@ class ProvenanceLines(ResizedInPlace, Widget):
         return kept
 
     def render_line(self, y: int) -> Strip:
-        strip = self._strips.get(y)
-        if strip is None:
-            if self._line_style is None:
-                self._line_style = self.rich_style
-            width, style = self.size.width, self._line_style
-            if y >= len(self._lines):
-                return Strip.blank(width, style)
-            line = self._lines[y].copy()
-            line.stylize_before(style)
-            strip = Strip(line.render(self.app.console), line.cell_len).crop_extend(0, width, style)
-            self._strips[y] = strip
-        return strip
+        return self._line_strip(y, self.size.width)
 
 
 def answer_start(segments: list[tuple[str, str]]) -> tuple[int, bool]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -12,6 +11,7 @@ from textual.strip import Strip
 
 from ...telemetry.live import LiveTelemetry
 from ...telemetry.memory import GpuMemory, GpuUnavailable
+from .text_lines import TextLines
 
 BAR = "█"
 SPARK_LEVELS = " ▁▂▃▄▅▆▇█"
@@ -63,7 +63,7 @@ def _bar(fraction: float, width: int = 10) -> str:
     return BAR * full + "░" * (width - full)
 
 
-class Sidebar(ScrollView):
+class Sidebar(TextLines, ScrollView):
     """Sections of text drawn line by line: a refresh re-renders only the lines whose text changed.
 
     While a reply streams the sidebar changes every frame; as widgets, each changed section would be rendered whole
@@ -74,9 +74,6 @@ class Sidebar(ScrollView):
         super().__init__(id="sidebar")
         self._sections: list[Text] = []
         self._wrapped: list[tuple[Text, list[Text]]] = []  # each section as last laid out, and its lines
-        self._lines: list[Text] = []
-        self._strips: dict[int, Strip] = {}
-        self._line_style: Style | None = None  # the widget's own style, looked up once: the lookup walks the DOM
 
     @property
     def plain(self) -> str:
@@ -184,35 +181,18 @@ class Sidebar(ScrollView):
             lines.append(Text())
         old, self._lines = self._lines, lines[:-1]
         if force or len(old) != len(self._lines):
-            self._strips.clear()
+            self._forget()
             self.virtual_size = Size(width, len(self._lines))
             self.refresh()
             return
         run_start: int | None = None
         for y, (before, after) in enumerate([*zip(old, self._lines), (None, None)]):
             if before is not after and before != after:
-                self._strips.pop(y, None)
+                self._forget(y)
                 run_start = y if run_start is None else run_start
             elif run_start is not None:  # repaint each run of changed lines, not the span of all of them
                 self.refresh_lines(run_start, y - run_start)
                 run_start = None
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._strips.clear()  # e.g. a new theme: every line is drawn again in its colours
-        self._line_style = None
-
     def render_line(self, y: int) -> Strip:
-        index = self.scroll_offset.y + y
-        strip = self._strips.get(index)
-        if strip is None:
-            if self._line_style is None:
-                self._line_style = self.rich_style
-            width, style = self.scrollable_content_region.width, self._line_style
-            if index >= len(self._lines):
-                return Strip.blank(width, style)
-            line = self._lines[index].copy()
-            line.stylize_before(style)
-            strip = Strip(line.render(self.app.console), line.cell_len).crop_extend(0, width, style)
-            self._strips[index] = strip
-        return strip
+        return self._line_strip(self.scroll_offset.y + y, self.scrollable_content_region.width)

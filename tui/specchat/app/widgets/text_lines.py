@@ -1,0 +1,47 @@
+"""Widgets drawn with Textual's Line API from lines of Rich text: each line is rendered once, then kept."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.strip import Strip
+
+
+class TextLines:
+    """Mixin for a widget whose content is ``_lines``; a line is rendered again only after ``_forget`` drops it.
+
+    While a reply streams, most lines of the sidebar and of the reply are the same from one frame to the next: as
+    Static widgets they would be rendered whole every frame, and on a CPU that time is taken from decoding.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._lines: list[Text] = []
+        self._strips: dict[int, Strip] = {}
+        self._line_style: Style | None = None  # the widget's own style, looked up once: the lookup walks the DOM
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._forget()  # e.g. a new theme: every line is drawn again in its colours
+        self._line_style = None
+
+    def _forget(self, index: int | None = None) -> None:
+        """Drop the rendered line ``index``, or all of them."""
+        if index is None:
+            self._strips.clear()
+        else:
+            self._strips.pop(index, None)
+
+    def _line_strip(self, index: int, width: int) -> Strip:
+        strip = self._strips.get(index)
+        if strip is None:
+            if self._line_style is None:
+                self._line_style = self.rich_style
+            style = self._line_style
+            if index >= len(self._lines):
+                return Strip.blank(width, style)
+            line = self._lines[index].copy()
+            line.stylize_before(style)
+            strip = Strip(line.render(self.app.console), line.cell_len).crop_extend(0, width, style)
+            self._strips[index] = strip
+        return strip
