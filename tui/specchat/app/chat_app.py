@@ -596,7 +596,7 @@ def settle_garbage() -> None:
 
     A full collection walks every object of the app — Textual's DOM, llama-cpp-python's — and takes 40–130 ms on this
     CPU; one that falls during a reply stalls decoding (in the engine thread) or a frame. Frozen objects are skipped by
-    the automatic collections, so during a reply they only look at what the reply itself allocated.
+    the automatic collections, so during a reply they only look at what was allocated since.
     """
     gc.unfreeze()
     gc.collect()

@@ -74,6 +74,7 @@ class Sidebar(TextLines, ScrollView):
         super().__init__(id="sidebar")
         self._sections: list[Text] = []
         self._wrapped: list[tuple[Text, list[Text]]] = []  # each section as last laid out, and its lines
+        self._wrapped_width = 0
 
     @property
     def plain(self) -> str:
@@ -162,8 +163,8 @@ class Sidebar(TextLines, ScrollView):
 
     def _lay_out(self, *, force: bool = False) -> None:
         width = self.scrollable_content_region.width or CONTENT_WIDTH
-        if force:
-            self._wrapped = []
+        if force or width != self._wrapped_width:
+            self._wrapped, self._wrapped_width = [], width
         wrapped = []
         for i, section in enumerate(self._sections):
             if i < len(self._wrapped) and self._wrapped[i][0] == section:
