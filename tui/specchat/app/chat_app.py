@@ -166,7 +166,6 @@ class SpecchatApp(App):
         # A narrow terminal keeps the chat usable: the sidebar collapses instead of squeezing it.
         self.sidebar.display = width >= self.settings.sidebar_min_width
 
-
     def refresh_sidebar(self) -> None:
         profile = ProfileInfo(
             self.profile.name if self.profile else "(no profile)",
@@ -585,7 +584,6 @@ class SpecchatApp(App):
                 system = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
                 self.engine.restore(system + rest)
         self.notify("system prompt set for this chat")
-
 
     def on_unmount(self) -> None:
         self.engine_thread.stop()

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 
 UI_NICENESS = 10
+GIL_SWITCH_S = 0.001
 
 
 class EngineThread(threading.Thread):
@@ -31,9 +32,6 @@ class EngineThread(threading.Thread):
     def run(self) -> None:
         while (job := self._jobs.get()) is not None:
             job()
-
-
-GIL_SWITCH_S = 0.001
 
 
 def lower_ui_priority() -> bool:

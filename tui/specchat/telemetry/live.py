@@ -6,7 +6,6 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..engine.telemetry import ReplyStats
 from ..engine.events import (
     ContextTrimmed,
     Event,
@@ -17,6 +16,7 @@ from ..engine.events import (
     StepVerified,
     TokenEmitted,
 )
+from ..engine.telemetry import ReplyStats
 
 RATE_WINDOW_S = 1.0  # tokens/s "now" is measured over the last second
 SPARK_POINTS = 40
@@ -41,7 +41,6 @@ class LiveTelemetry:
     plain_source: str = ""
     trimmed: int = 0
     last_finish: str = ""
-    _first_token: float | None = None
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=512))
 
     def consume(self, events: Iterable[Event]) -> None:
@@ -52,8 +51,8 @@ class LiveTelemetry:
         if isinstance(event, TokenEmitted):
             self.reply_tokens += 1
             self._recent.append(event.elapsed)
-            if self._first_token is None:
-                self._first_token = self.ttft = event.elapsed
+            if self.ttft is None:
+                self.ttft = event.elapsed  # seconds to the first token
             self.context_used += 1
         elif isinstance(event, StepVerified):
             for counters in (self.reply, self.chat):
@@ -66,7 +65,7 @@ class LiveTelemetry:
             self.reply = ReplyStats()
             self.generating = True
             self.reply_tokens = 0
-            self.reply_tps = self.ttft = self._first_token = None
+            self.reply_tps = self.ttft = None
             self._recent.clear()
             self.speculation = event.speculation
             self.context_used = event.prompt_tokens
@@ -101,9 +100,9 @@ class LiveTelemetry:
 
     def reply_rate(self) -> float | None:
         """Decode tokens/s of the current reply so far, or of the last finished one."""
-        if not self.generating or self._first_token is None or self.reply_tokens < 2:
+        if not self.generating or self.ttft is None or self.reply_tokens < 2:
             return self.reply_tps
-        elapsed = self._recent[-1] - self._first_token
+        elapsed = self._recent[-1] - self.ttft
         return (self.reply_tokens - 1) / elapsed if elapsed > 0 else None
 
     def speedup(self) -> float | None:

@@ -7,7 +7,7 @@ import re
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
@@ -72,8 +72,6 @@ class ProvenanceLines(ResizedInPlace, TextLines, Widget):
     ``ROOM_LINES`` blank lines below its text, so a new line usually needs no layout pass.
     """
 
-    DEFAULT_CSS = "ProvenanceLines { height: auto; }"
-
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._segments: list[tuple[str, str]] = []
@@ -107,7 +105,7 @@ class ProvenanceLines(ResizedInPlace, TextLines, Widget):
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if width != self._width:
-            self._wrap(width)
+            self._lines = self._wrap(width)[0]  # the layout that asks repaints the whole widget
         self._height = len(self._lines) + (ROOM_LINES if self._streaming else 0)
         return self._height
 
@@ -115,23 +113,13 @@ class ProvenanceLines(ResizedInPlace, TextLines, Widget):
         self._paragraphs, self._closed_lines, self._open_from = [], [], first
 
     def _update(self) -> None:
-        old = self._lines
-        kept = self._wrap(self.size.width)
-        needed = len(self._lines)
-        if needed > self._height or (not self._streaming and needed != self._height):
+        lines, unchanged = self._wrap(self.size.width)
+        if len(lines) > self._height or (not self._streaming and len(lines) != self._height):
             self.refresh(layout=True)
-        lines = max(len(old), needed)
-        run_start: int | None = None
-        for y in range(kept, lines + 1):
-            if y < lines and old[y:y + 1] != self._lines[y:y + 1]:
-                self._forget(y)
-                run_start = y if run_start is None else run_start
-            elif run_start is not None:  # repaint each run of changed lines, not the span of all of them
-                self.refresh(Region(0, run_start, self.size.width, y - run_start))
-                run_start = None
+        self._replace_lines(lines, unchanged)
 
-    def _wrap(self, width: int) -> int:
-        """Wrap what is new since the last call; returns how many leading lines are the same as before."""
+    def _wrap(self, width: int) -> tuple[list[Text], int]:
+        """Wrap what is new since the last call: the lines, and how many leading ones are the same as before."""
         if width != self._width:
             self._reset(self._first)
             self._width = width
@@ -150,8 +138,7 @@ class ProvenanceLines(ResizedInPlace, TextLines, Widget):
         self._open_from = start
         open_paragraph = provenance_text(self._segments[start:self._end], self._ghosts, self._show_ghosts, offset=start)
         self._paragraphs = [*closed, open_paragraph]
-        self._lines = self._closed_lines + list(open_paragraph.wrap(console, width))
-        return kept
+        return self._closed_lines + list(open_paragraph.wrap(console, width)), kept
 
     def render_line(self, y: int) -> Strip:
         return self._line_strip(y, self.size.width)

@@ -180,20 +180,14 @@ class Sidebar(TextLines, ScrollView):
         for _, section_lines in wrapped:
             lines.extend(section_lines)
             lines.append(Text())
-        old, self._lines = self._lines, lines[:-1]
-        if force or len(old) != len(self._lines):
+        lines.pop()  # the blank line after the last section
+        if force or len(lines) != len(self._lines):
+            self._lines = lines
             self._forget()
-            self.virtual_size = Size(width, len(self._lines))
+            self.virtual_size = Size(width, len(lines))
             self.refresh()
-            return
-        run_start: int | None = None
-        for y, (before, after) in enumerate([*zip(old, self._lines), (None, None)]):
-            if before is not after and before != after:
-                self._forget(y)
-                run_start = y if run_start is None else run_start
-            elif run_start is not None:  # repaint each run of changed lines, not the span of all of them
-                self.refresh_lines(run_start, y - run_start)
-                run_start = None
+        else:
+            self._replace_lines(lines)
 
     def render_line(self, y: int) -> Strip:
         return self._line_strip(self.scroll_offset.y + y, self.scrollable_content_region.width)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region
 from textual.strip import Strip
 
 
@@ -31,6 +32,20 @@ class TextLines:
             self._strips.clear()
         else:
             self._strips.pop(index, None)
+
+    def _replace_lines(self, lines: list[Text], unchanged: int = 0) -> None:
+        """Show ``lines``, the first ``unchanged`` of them known to be as before: only the lines whose text changed are
+        rendered again, and each run of them is repainted on its own rather than the span of all of them."""
+        old, self._lines = self._lines, lines
+        end = max(len(old), len(lines))
+        run_start: int | None = None
+        for y in range(unchanged, end + 1):
+            if y < end and old[y:y + 1] != lines[y:y + 1]:
+                self._forget(y)
+                run_start = y if run_start is None else run_start
+            elif run_start is not None:
+                self.refresh(Region(0, run_start - self.scroll_offset.y, self.size.width, y - run_start))
+                run_start = None
 
     def _line_strip(self, index: int, width: int) -> Strip:
         strip = self._strips.get(index)
