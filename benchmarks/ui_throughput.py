@@ -20,7 +20,6 @@ from recorded import load  # noqa: E402
 
 from specchat.app.chat_app import SpecchatApp, make_app  # noqa: E402
 from specchat.app.settings import Settings  # noqa: E402
-from specchat.app.widgets.reply import ReplyView  # noqa: E402
 from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted  # noqa: E402
 
 
@@ -34,9 +33,9 @@ async def measure(n_events: int, batch: int) -> float:
         settings = Settings(db_path=None, keymap=Path(tmp) / "k.toml", autoload=False, resume=False)
         app = make_app(settings)
         async with app.run_test(size=(130, 40)) as pilot:
-            view = ReplyView()
-            await app.chat.mount(view)
-            app._last_reply = view
+            app._mount_turn(app.conversation.add_reply(""))
+            await pilot.pause()
+            view = app._last_reply
             start = time.perf_counter()
             for i in range(0, len(events), batch):
                 app.post_message(SpecchatApp.EventsArrived(events[i : i + batch]))

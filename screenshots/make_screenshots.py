@@ -1,4 +1,6 @@
-"""Screenshots of the app's main states from a real run of the bundled model pair: SVG (Textual) and PNG (CairoSVG).
+"""Screenshots of the app's main states from a real run of the bundled model pair: SVG (Textual) and PNG.
+
+The PNGs are drawn cell by cell from the SVG (``terminal_png``), so they look like the terminal.
 
     pip install -e '.[screenshots]' && python screenshots/make_screenshots.py
 """
@@ -10,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import cairosvg
+from terminal_png import svg_to_png
 
 from specchat.app.chat_app import make_app
 from specchat.app.settings import Settings
@@ -31,13 +33,14 @@ async def until(pilot, condition, timeout: float = 120) -> None:
 def save(app, name: str) -> None:
     svg = HERE / f"{name}.svg"
     app.save_screenshot(str(svg.name), path=str(HERE))
-    cairosvg.svg2png(url=str(svg), write_to=str(HERE / f"{name}.png"), output_width=1600)
+    svg_to_png(svg, HERE / f"{name}.png")
     print("wrote", svg.name, "and", f"{name}.png")
 
 
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(db_path=Path(tmp) / "chats.sqlite3", keymap=Path(tmp) / "keymap.toml", max_tokens=160)
+        settings = Settings(db_path=Path(tmp) / "chats.sqlite3", keymap=Path("~/.config/specchat/keymap.toml"),
+                            exports=Path(tmp) / "exports", max_tokens=160)
         app = make_app(settings)
         async with app.run_test(size=(130, 40)) as pilot:
             await until(pilot, lambda: app.engine is not None and app.busy is None)
@@ -48,6 +51,7 @@ async def main() -> None:
             app.refresh_sidebar()
             save(app, "streaming")
             await until(pilot, lambda: app.busy is None)
+            await pilot.pause(0.3)
             await pilot.press("ctrl+g")
             await pilot.pause(0.2)
             save(app, "finished-ghosts")

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from specchat.engine import events as ev
-from specchat.engine.telemetry import ReplyStats
+from specchat.engine.stats import ReplyStats
 
 FIXTURE = Path(__file__).with_name("fixtures") / "recorded_reply.json"
 PROMPT = "Write a Python function that returns the square of a number."

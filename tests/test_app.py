@@ -22,7 +22,7 @@ from specchat.app.settings import Settings
 from specchat.app.widgets.prompt import PromptInput
 from specchat.app.widgets.reply import ProvenanceLines, ReplyView, provenance_text
 from specchat.engine.events import TokenEmitted, TokenKind
-from specchat.store import Store
+from specchat.chats.store import Store
 
 SIZE = (140, 45)
 
@@ -64,6 +64,14 @@ async def ask(pilot, text: str) -> ReplyView:
     return app._last_reply
 
 
+async def start_long_reply(pilot) -> None:
+    """Send a prompt with a long answer and wait until a few tokens of it are on screen."""
+    app = pilot.app
+    app.query_one(PromptInput).load_text("Write a very long story about a dragon and a knight.")
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app._last_reply is not None and len(app._last_reply.segments) >= 8)
+
+
 def plain_text(widget) -> str:
     from rich.console import Console
 
@@ -98,16 +106,14 @@ async def test_escape_cancels_and_keeps_the_partial_reply(settings):
     settings.max_tokens = 400
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
-        app.query_one(PromptInput).load_text("Write a very long story about a dragon and a knight.")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app._last_reply is not None and len(app._last_reply.segments) >= 8)
+        await start_long_reply(pilot)
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.busy is None)
         view = app._last_reply
         assert view.finish_reason == "cancelled" and 8 <= len(view.segments) < 400
         assert "cancelled" in plain_text(view.status_line)
         assert app.engine.messages[-1].finish_reason == "cancelled"
-        stored = Store(settings.db_path).messages(app.conversation_id)
+        stored = Store(settings.db_path).messages(app.conversation.id)
         assert stored[-1].finish_reason == "cancelled" and stored[-1].content == view.text
         follow = await ask(pilot, "Shorter, please.")  # the chat goes on from the kept partial reply
         assert follow.finish_reason in ("stop", "length")
@@ -185,7 +191,7 @@ async def test_ab_compare_reruns_without_speculation(settings):
         assert result.plain["method"] == "none" and result.plain["decode_tps"]
         assert result.spec["method"] == "draft" and result.spec["drafted"] > 0
         assert app.engine.config.spec.method == "draft"  # the profile is back as it was
-        assert app.telemetry.plain_source == "A/B plain run"
+        assert app.telemetry.plain_source.startswith("A/B plain run")
 
 
 async def test_help_lists_every_binding_and_keys_can_be_remapped(settings):
@@ -270,7 +276,7 @@ async def test_corrupt_database_keeps_chatting_in_memory(settings):
     settings.db_path.write_bytes(b"this is not a sqlite database" * 100)
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
-        assert app.store is None
+        assert app.conversation.store is None
         assert any("chatting in memory, nothing is saved" in str(n.message) for n in app._notifications)
         assert (await ask(pilot, "Hello?")).segments
 
@@ -281,7 +287,7 @@ async def test_unwritable_database_location(settings, tmp_path):
     settings.db_path = blocker / "chats.sqlite3"
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
-        assert app.store is None
+        assert app.conversation.store is None
         assert (await ask(pilot, "Hello?")).segments
 
 
@@ -423,9 +429,11 @@ async def test_thinking_is_shown_while_streaming_and_folded_when_done(settings):
     settings.autoload = False
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = pilot.app
-        view = ReplyView()
-        await app.chat.mount(view)
-        app._last_reply = view
+        app._mount_turn(app.conversation.add_user("A fruit?"))
+        record = app.conversation.add_reply("")
+        app._mount_turn(record)
+        await pilot.pause()
+        view = app._last_reply
         pieces = ["<think>", "\n", "The user", " wants", " a", " fruit", ".", "\n", "</think>", "\n\n", "Apple", "."]
         tokens = [TokenEmitted(i, text, TokenKind.TARGET, i, 0.01 * i) for i, text in enumerate(pieces)]
         app.post_message(SpecchatApp.EventsArrived(tokens[:6]))
@@ -434,8 +442,215 @@ async def test_thinking_is_shown_while_streaming_and_folded_when_done(settings):
         assert "wants a" in view.think_text.content.plain
         app.post_message(SpecchatApp.EventsArrived(tokens[6:]))
         await pilot.pause(0.1)
-        view.finish("stop")
+        record.finish_reason = "stop"  # as a ReplyFinished event would set it
+        view.refresh_view()
         await pilot.pause(0.1)
         assert view.think_box.collapsed
         answer = view.body.content.plain
         assert answer.strip() == "Apple." and "think" not in answer
+
+
+# -- what the screen shows must be true (issue #10) ------------------------------------------------------------------
+
+
+def ghosts_sit_between_accepted_and_correction(segments, ghosts) -> None:
+    """A rejected draft tail was proposed after the step's last accepted token and replaced by the correction: its
+    ghost sits right after that token and right before the correction (or at the end, when the correction ended the
+    reply)."""
+    assert ghosts
+    for index in dict(ghosts):
+        assert index + 1 == len(segments) or segments[index + 1][1] == "corrected", (index, segments[index:index + 2])
+
+
+async def test_ghosts_sit_where_the_draft_was_rejected_in_the_view_and_in_a_reopened_chat(settings):
+    settings.max_tokens = 120
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        view = await ask(pilot, "List five countries in Europe and their capitals.")
+        ghosts_sit_between_accepted_and_correction(view.segments, view.ghosts)
+        assert any(view.segments[i][1] == "accepted" for i in view.ghosts), "a step with accepted and rejected tokens"
+        saved = list(view.segments), dict(view.ghosts)
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        reopened = list(app.query(ReplyView))[-1]
+        assert (reopened.segments, reopened.ghosts) == saved
+        ghosts_sit_between_accepted_and_correction(reopened.segments, reopened.ghosts)
+
+
+async def test_quitting_while_a_reply_streams_saves_the_partial_reply(settings):
+    settings.max_tokens = 400
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await start_long_reply(pilot)
+        chat = app.conversation.id
+        await pilot.press("ctrl+q")
+    stored = Store(settings.db_path).messages(chat)
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[-1].finish_reason == "interrupted" and len(stored[-1].segments) >= 8
+    assert stored[-1].content == "".join(text for text, _ in stored[-1].segments)
+    async with make_app(settings).run_test(size=SIZE) as pilot:  # reopened: the partial reply, marked
+        app = await ready(pilot)
+        view = list(app.query(ReplyView))[-1]
+        assert view.text == stored[-1].content and "interrupted" in plain_text(view.status_line)
+        assert app.engine.messages[-1].content == stored[-1].content
+
+
+async def test_a_refused_message_leaves_no_trace_and_regenerate_replaces_the_right_reply(settings, tmp_path):
+    profile = tmp_path / "small.toml"
+    profile.write_text('[target]\nmodel = "embedded:target"\nn_ctx = 160\n[draft]\nmethod = "ngram"\n')
+    settings.profile = str(profile)
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "Hi")
+        big = "please summarise this " * 40
+        app.query_one(PromptInput).load_text(big)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None and any("context holds" in str(n.message) for n in app._notifications))
+        assert app.query_one(PromptInput).text == big  # given back to edit, not lost
+        store = Store(settings.db_path)
+        assert [m.role for m in store.messages(app.conversation.id)] == ["user", "assistant"]
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: app.busy is None and len(list(app.query(ReplyView))) == 1)
+        roles = [m.role for m in store.messages(app.conversation.id)]
+        assert roles == ["user", "assistant"] == [m.role for m in app.engine.messages if m.role != "system"]
+        assert store.messages(app.conversation.id)[0].content == "Hi"
+
+
+async def test_restored_token_ids_follow_the_target_model_not_the_profile_name(settings, tmp_path, target_path):
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        first = await ask(pilot, "Name two planets.")
+        tokens = list(first.tokens)
+    settings.profile = "ngram"  # another profile, the same target: the generated ids are reused
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        assert app.engine.messages[-1].tokens == tokens
+    other = tmp_path / "other-target.gguf"
+    from gguf_fixtures import write_variant
+
+    write_variant(target_path, other, set_keys={"general.name": "another model"})
+    user_tiny = tmp_path / "config" / "specchat" / "profiles" / "tiny.toml"
+    user_tiny.parent.mkdir(parents=True)
+    user_tiny.write_text(f'[target]\nmodel = "{other}"\n[draft]\nmethod = "none"\n')
+    settings.profile = "tiny"  # the same profile name, another target: the ids are not fed to it
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        assert app.engine.target.path == other
+        assert app.engine.messages[-1].tokens is None
+        assert app.engine.messages[-1].content == "".join(text for text, _ in first.segments)
+
+
+async def test_ab_compare_works_without_a_database_and_from_the_same_cache_state(settings):
+    settings.db_path = None
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "Say hello to the team.")
+        await ask(pilot, "And to the night shift?")
+        await pilot.press("ctrl+b")
+        await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
+        spec, plain = app.screen.result.spec, app.screen.result.plain
+        assert spec["method"] == "draft" and spec["drafted"] > 0
+        # Both arms decoded the same prompt tokens: the plain run did not find the prompt already cached.
+        assert plain["prefill_tokens"] == spec["prefill_tokens"] > 5
+
+
+async def test_sampled_ab_differences_are_not_flagged_as_a_failure(settings, tmp_path):
+    profile = tmp_path / "sampled.toml"
+    profile.write_text('[target]\nmodel = "embedded:target"\n[draft]\nmethod = "draft"\nmodel = "embedded:draft"\n'
+                       '[sampling]\ntemperature = 0.9\nseed = 5\n')
+    settings.profile = str(profile)
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "Tell me a story about a cat.")
+        await pilot.press("ctrl+b")
+        await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
+        shown = plain_text(app.screen.query_one("#ab-identical"))
+        assert "sampled" in shown and "NO" not in shown
+
+
+async def test_chat_counters_start_again_with_each_chat(settings):
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "List three fruits.")
+        assert app.telemetry.chat.drafted > 0
+        await pilot.press("ctrl+n")
+        await pilot.pause(0.2)
+        assert app.telemetry.chat.drafted == 0 and app.telemetry.reply.drafted == 0
+        assert "chat –" in sidebar_text(app)
+
+
+async def test_a_crash_on_the_engine_thread_is_one_line_and_the_app_goes_on(settings, monkeypatch):
+    from specchat.engine.core import Engine
+
+    original = Engine.reply
+    failed = []
+
+    def reply_once_broken(self, *args, **kwargs):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("simulated llama.cpp failure")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "reply", reply_once_broken)
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        app.query_one(PromptInput).load_text("Hello?")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None, timeout=20)
+        messages = [str(n.message) for n in app._notifications]
+        assert any("simulated llama.cpp failure" in m and "\n" not in m for m in messages)
+        assert (await ask(pilot, "Hello again?")).finish_reason in ("stop", "length")
+
+
+async def test_every_engine_call_runs_on_the_engine_thread(settings, monkeypatch):
+    import threading
+
+    from specchat.engine.core import Engine
+
+    threads: list[tuple[str, str]] = []
+    for name in ("__init__", "apply", "restore", "reply", "new_chat", "measure_plain_rate", "clear_cache"):
+        original = getattr(Engine, name)
+
+        def recorded(self, *args, _original=original, _name=name, **kwargs):
+            threads.append((_name, threading.current_thread().name))
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Engine, name, recorded)
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "Name a colour.")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: app.busy is None and app._last_reply.finish_reason)
+        await pilot.press("ctrl+b")
+        await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
+        await pilot.press("escape")
+        app._system_prompt_set("Be brief.")
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: app.busy is None)
+        app.start_load("ngram")
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
+    assert {name for name, _ in threads} >= {"__init__", "reply", "restore", "apply"}
+    assert {thread for _, thread in threads} == {"specchat-engine"}, threads
+
+
+async def test_the_plain_reference_is_measured_through_the_engines_own_loop(settings, tmp_path, target_path):
+    from gguf_fixtures import write_variant
+
+    other = write_variant(target_path, tmp_path / "other.gguf", set_keys={"general.name": "another model"})
+    profile = tmp_path / "other.toml"
+    profile.write_text(f'[target]\nmodel = "{other}"\n[draft]\nmethod = "ngram"\n')
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        t = app.telemetry
+        assert t.plain_tps and "plain run" in t.plain_source
+        await ask(pilot, "Write a short story about a robot.")
+        await pilot.press("ctrl+b")
+        await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
+        await pilot.press("escape")
+        assert t.plain_source.startswith("A/B")
+        app.start_load("ngram")  # the same target: the reference stays
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
+        assert t.plain_source.startswith("A/B")
+        app.start_load(str(profile))  # another target: the old reference means nothing for it
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "other")
+        assert "plain run" in t.plain_source and t.plain_tps

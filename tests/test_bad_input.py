@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_fixtures import smollm_tokens, write_vocab_gguf
+from gguf_fixtures import smollm_tokens, write_variant, write_vocab_gguf
 from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
 from specchat.engine.core import Engine
 from specchat.errors import ConfigError, IncompatibleDraftError, ModelError
@@ -68,7 +68,7 @@ def test_truncated_gguf(tmp_path, target_path):
 
 
 def test_draft_with_a_different_vocabulary_is_refused(tmp_path, target_path):
-    other = write_vocab_gguf(tmp_path / "other.gguf", [f"tok{i}" for i in range(300)])
+    other = write_vocab_gguf(target_path, tmp_path / "other.gguf", [f"tok{i}" for i in range(300)])
     with pytest.raises(IncompatibleDraftError, match="vocabulary sizes differ by 48852"):
         engine_for(target_path, other)
     result = cli("ask", "--profile", str(profile_file(tmp_path, str(target_path), str(other))), "hi")
@@ -78,13 +78,14 @@ def test_draft_with_a_different_vocabulary_is_refused(tmp_path, target_path):
 def test_draft_with_one_different_token_is_refused(tmp_path, target_path):
     tokens = smollm_tokens(target_path)
     tokens[1000] = "definitely-not-the-same"
-    other = write_vocab_gguf(tmp_path / "near.gguf", tokens)
+    other = write_vocab_gguf(target_path, tmp_path / "near.gguf", tokens)
     with pytest.raises(IncompatibleDraftError, match="token 1000 differs"):
         engine_for(target_path, other)
 
 
-def test_draft_with_other_eos_is_refused(tmp_path, target_path):
-    other = write_vocab_gguf(tmp_path / "eos.gguf", smollm_tokens(target_path), eos=0)
+def test_draft_whose_tokenizer_appends_another_eos_is_refused(tmp_path, target_path):
+    other = write_variant(target_path, tmp_path / "eos.gguf", header_only=True,
+                          set_keys={"tokenizer.ggml.add_eos_token": True, "tokenizer.ggml.eos_token_id": 0})
     with pytest.raises(IncompatibleDraftError, match="EOS differs"):
         engine_for(target_path, other)
 

@@ -14,13 +14,13 @@ TWO_TASKS = """
 name = "copy"
 kind = "copy"
 copy_heavy = true
-max_tokens = 20
+max_tokens = 32
 prompt = "Repeat exactly: alpha beta gamma delta epsilon zeta eta theta."
 
 [[task]]
 name = "chat"
-max_tokens = 20
-prompt = "Say hello to the team."
+max_tokens = 32
+prompt = "Write a short welcome note for the team."
 history = [
   { role = "user", content = "We are the night shift." },
   { role = "assistant", content = "Nice to meet you, night shift!" },

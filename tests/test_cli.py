@@ -41,3 +41,58 @@ def test_ask_plain_output_and_baseline_are_identical_text():
     assert reply_spec == reply_plain and "\x1b[" not in spec.stdout  # not a TTY: no colour codes
     assert summary_spec.startswith("[draft n_max=4]") and "accepted" in summary_spec
     assert summary_plain.startswith("[none]") and "speculation off" in summary_plain
+
+
+GHOST, AMBER = "\x1b[2;9m", "\x1b[38;5;214m"
+
+
+def test_ask_ghosts_sit_between_the_accepted_tokens_and_the_correction():
+    result = cli("ask", "--color", "always", "--ghosts", "--max-tokens", "96",
+                 "List five countries in Europe and their capitals.")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    ghosts = [i for i in range(len(out)) if out.startswith(GHOST, i)]
+    assert len(ghosts) > 3
+    for i in ghosts:
+        after = out[out.index("\x1b[0m", i) + len("\x1b[0m"):]
+        # Right after a ghost: the correction (amber), or the summary when the correction ended the reply.
+        assert after.startswith(AMBER) or after.startswith("\n"), repr(out[i:i + 80])
+
+
+def test_json_rejected_rows_come_between_the_steps_accepted_tokens_and_its_correction():
+    result = cli("ask", "--json", "--max-tokens", "96", "List five countries in Europe and their capitals.")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    mixed = 0
+    for i, row in enumerate(rows):
+        if row["type"] != "rejected":
+            continue
+        after = rows[i + 1]
+        assert after["type"] == "summary" or (after["kind"] == "corrected" and after["step"] == row["step"])
+        before = rows[i - 1]
+        mixed += before["type"] == "token" and before["kind"] == "accepted" and before["step"] == row["step"]
+    assert mixed > 0, "a step with accepted tokens before its rejected tail"
+
+
+def test_ctrl_c_during_ask_prints_the_partial_summary_and_exits_130():
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specchat", "ask", "--max-tokens", "2000", "Write a very long story about the sea."],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        first = process.stdout.read(40)  # the reply has started streaming
+        assert first
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        rest, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    summary = (first + rest).rstrip("\n").rsplit("\n", 1)[-1]
+    assert summary.startswith("[draft") and "cancelled" in summary and "tokens" in summary
+    assert "Traceback" not in err

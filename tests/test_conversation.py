@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import run
-from specchat.engine.core import Message
+from specchat.engine.conversation import Message
 from specchat.engine.events import ContextTrimmed
 from specchat.errors import ContextError
 

@@ -58,16 +58,18 @@ def check_accounting(r: Run) -> None:
     # Emitted kinds agree with the summary.
     kinds = {k: sum(1 for t in r.tokens if t.kind == k) for k in ("accepted", "corrected", "bonus", "target")}
     assert kinds == stats.by_kind
-    assert kinds["accepted"] == stats.accepted
+    # An end-of-generation token accepted from the draft is counted, not shown.
+    assert kinds["accepted"] == stats.accepted - stats.end_from_draft
     assert stats.generated == len(r.tokens)
-    assert kinds["corrected"] + kinds["bonus"] <= stats.spec_steps
+    assert kinds["corrected"] + kinds["bonus"] <= stats.drafting_steps
     assert sum(stats.position_accepted) == stats.accepted
-    assert all(a <= n for a, n in zip(stats.position_accepted, stats.position_reached))
+    assert all(a <= stats.drafting_steps for a in stats.position_accepted)
+    assert stats.withheld == sum(s.withheld for s in r.steps)
     # The reply is exactly the concatenation of its token texts.
     assert r.finished.text == "".join(t.text for t in r.tokens)
     if stats.drafted:
         assert stats.acceptance_rate == pytest.approx(stats.accepted / stats.drafted)
-        assert stats.mean_acceptance_length == pytest.approx(1 + stats.accepted / stats.spec_steps)
+        assert stats.mean_acceptance_length == pytest.approx(1 + stats.accepted / stats.drafting_steps)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

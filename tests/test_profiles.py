@@ -13,7 +13,7 @@ import pytest
 from conftest import run
 from gguf_fixtures import write_scrambled_copy, write_vocab_gguf
 from specchat import profiles
-from specchat.engine import EngineConfig, ModelSpec, SpecConfig, SpeculationChanged
+from specchat.engine import EngineConfig, ModelSpec, SpecConfig
 from specchat.engine.gguf_header import read_metadata
 from specchat.errors import ConfigError, IncompatibleDraftError, ModelError
 from specchat.fit import GB, FitReport, Footprint, kv_cache_bytes
@@ -150,12 +150,13 @@ def test_check_command_passes_for_the_bundled_pair_and_names_failing_rules(tmp_p
     ok = cli("profiles", "check", "tiny")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "✓ compatible" in ok.stdout and "KV @ 4096" in ok.stdout and "0.09 GB" in ok.stdout
-    other = write_vocab_gguf(tmp_path / "other.gguf", [f"t{i}" for i in range(300)], eos=7)
+    other = write_vocab_gguf(target_path, tmp_path / "other.gguf", [f"t{i}" for i in range(300)],
+                             **{"tokenizer.ggml.add_eos_token": True, "tokenizer.ggml.eos_token_id": 7})
     path = tmp_path / "bad.toml"
     path.write_text(f'[target]\nmodel = "{target_path}"\n[draft]\nmethod = "draft"\nmodel = "{other}"\n')
     bad = cli("profiles", "check", str(path))
     assert bad.returncode == 1
-    assert "✗ EOS differs (target add_eos=False id=2, draft add_eos=False id=7)" in bad.stdout
+    assert "✗ EOS differs (target add_eos=False id=2, draft add_eos=True id=7)" in bad.stdout
     assert "✗ vocabulary sizes differ by 48852 > 128 (target 49152, draft 300)" in bad.stdout
     absent = cli("profiles", "check", "qwen3-8b-1.7b", "--vram-gb", "12")
     assert "expected_size_gb" in absent.stdout and "lower bound" in absent.stdout and "not found" in absent.stdout
@@ -165,7 +166,7 @@ def test_drafts_lists_compatible_first_and_says_why_others_fail(tmp_path, monkey
     shelf = tmp_path / "shelf"
     shelf.mkdir()
     shutil.copy(draft_path, shelf / "smol-draft-copy.gguf")
-    write_vocab_gguf(shelf / "stranger.gguf", [f"t{i}" for i in range(300)])
+    write_vocab_gguf(target_path, shelf / "stranger.gguf", [f"t{i}" for i in range(300)])
     (shelf / "bigger.gguf").symlink_to(target_path)  # same size as the target: not a draft candidate
     monkeypatch.setenv("SPECCHAT_MODEL_DIRS", str(shelf))
     out = cli("profiles", "drafts", "tiny", env={"SPECCHAT_MODEL_DIRS": str(shelf)}).stdout
@@ -237,7 +238,7 @@ def test_new_target_reloads_both_and_keeps_the_conversation(make_engine):
 def test_failed_switch_keeps_the_previous_profile(make_engine, target_path, tmp_path):
     engine = make_engine("draft", n_max=4)
     before = engine.config
-    stranger = write_vocab_gguf(tmp_path / "stranger.gguf", [f"t{i}" for i in range(300)])
+    stranger = write_vocab_gguf(target_path, tmp_path / "stranger.gguf", [f"t{i}" for i in range(300)])
     with pytest.raises(IncompatibleDraftError):
         engine.apply(dataclasses.replace(before, draft=ModelSpec(stranger)))
     with pytest.raises(ModelError):
@@ -264,20 +265,17 @@ def scrambled_draft(tmp_path_factory, target_path) -> Path:
     return write_scrambled_copy(target_path, tmp_path_factory.mktemp("scrambled") / "scrambled.gguf")
 
 
-def test_auto_turns_itself_off_when_drafts_are_always_rejected(target_path, scrambled_draft):
+def test_auto_never_drafts_with_a_draft_as_costly_as_the_target(target_path, scrambled_draft):
+    """On a CPU a draft model as large as the target costs as much per token as the target saves: even a draft that
+    is always right could not win, so "auto" decodes plainly from the first step and says why."""
     from specchat.engine import Engine
 
     engine = Engine(EngineConfig(ModelSpec(target_path, threads=2), ModelSpec(scrambled_draft, threads=2),
                                  SpecConfig("draft", n_max="auto"), n_ctx=2048))
     try:
-        r = run(engine, "Write a long story about dragons.", max_tokens=120)
+        r = run(engine, "Write a long story about dragons.", max_tokens=60)
     finally:
         engine.close()
-    changes = [e for e in r.events if isinstance(e, SpeculationChanged)]
-    assert changes and not changes[0].speculation.active
-    assert "slower than plain decoding" in changes[0].speculation.reason
     stats = r.finished.stats
-    assert stats.accepted <= stats.drafted * 0.1
-    assert not stats.speculation_active and stats.speculation_reason.startswith("auto:")
-    # Once off, most steps are plain: drafting only resumes for occasional probes.
-    assert stats.spec_steps < stats.steps / 3
+    assert stats.drafted == 0 and stats.steps > 30
+    assert not stats.speculation_active and "even a perfect draft could not win" in stats.speculation_reason

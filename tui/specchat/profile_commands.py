@@ -44,10 +44,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     setter.add_argument("value", help='a TOML value: 3, 0.5, "auto", true, or a bare word')
     drafts = verbs.add_parser("drafts", help="GGUFs that could draft for the profile's target, compatible first")
     drafts.add_argument("name")
+    verbs.add_parser("templates", help="the chat formats llama.cpp knows by name, for [chat] template")
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"list": cmd_list, "show": cmd_show, "check": cmd_check, "set": cmd_set, "drafts": cmd_drafts}[args.verb](args)
+    return {"list": cmd_list, "show": cmd_show, "check": cmd_check, "set": cmd_set, "drafts": cmd_drafts,
+            "templates": cmd_templates}[args.verb](args)
 
 
 def _gb(value: float | None) -> str:
@@ -150,7 +152,7 @@ def cmd_check(args: argparse.Namespace) -> int:
               " MTP backend yet, so this profile cannot be loaded for chatting")
         failed = True
 
-    print("\n1. Draft compatibility (llama.cpp's rule, from the GGUF headers)")
+    print("\n1. Draft compatibility (llama.cpp's rule, read by llama.cpp without loading weights)")
     if method != "draft":
         print(f"   not applicable: method {method} uses no separate draft model" if method != "mtp" else
               "   not applicable: MTP heads live inside the target")
@@ -264,4 +266,12 @@ def cmd_drafts(args: argparse.Namespace) -> int:
         mark = "✓" if c.compatible else "✗"
         why = "" if c.compatible else f" — {c.problems[0]}"
         print(f"  {mark} {c.path.name:48} {_gb(c.size):>9}  {c.path.parent}{why}")
+    return 0
+
+
+def cmd_templates(_args: argparse.Namespace) -> int:
+    from .engine.chat_template import builtin_names
+
+    print("[chat] template takes a Jinja file (relative to the profile's folder) or one of llama.cpp's names:")
+    print("  " + ", ".join(builtin_names()))
     return 0

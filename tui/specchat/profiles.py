@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.toml_document import TOMLDocument
 
-from . import models
+from . import models, paths
 from .engine.config import METHODS, EngineConfig, ModelSpec, SpecConfig, default_threads
 from .engine.sampling import SamplingParams
 from .errors import ConfigError, SpecchatError
@@ -36,7 +35,7 @@ def bundled_dir() -> Path:
 
 
 def user_dir() -> Path:
-    return Path(platformdirs.user_config_dir("specchat")) / "profiles"
+    return paths.user_profiles_dir()
 
 
 # -- schema -----------------------------------------------------------------------------------------------------------
@@ -88,6 +87,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "chat": {
         "system_prompt": Key(str, "", "a string"),
+        "template": Key(str, None, "a Jinja file or one of llama.cpp's chat format names (e.g. \"chatml\")"),
     },
 }
 
@@ -217,6 +217,14 @@ def model_base(profile: Profile) -> Path | None:
     return profile.path.parent if profile.path is not None else None
 
 
+def _template(choice: str | None, base: Path | None) -> str | None:
+    """A template file named relative to the profile's folder becomes a full path; a format name stays a name."""
+    if choice is None or not models.looks_like_path(choice) and not choice.endswith((".jinja", ".j2")):
+        return choice
+    path = Path(choice).expanduser()
+    return str(path if path.is_absolute() or base is None or path.exists() else base / path)
+
+
 def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
     """The engine configuration a profile describes; ``overrides`` are ``section.key`` values from a command line."""
     values = {section: dict(keys) for section, keys in profile.values.items()}
@@ -263,6 +271,7 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
             ),
             n_ctx=target["n_ctx"],
             system_prompt=values["chat"]["system_prompt"] or None,
+            chat_template=_template(values["chat"]["template"], base),
         )
     except SpecchatError as exc:
         raise type(exc)(f"profile {profile.name}: {exc}") from None

@@ -1,19 +1,19 @@
 """The specchat Textual app.
 
-Models load and replies generate on the engine thread; its events collect in an inbox that the UI drains once per
-frame into an ``EventsArrived`` message, and flow one way: engine → events → ``LiveTelemetry`` → widgets.
+Data flows one way: engine → events → records and telemetry → widgets. The chat is owned by one ``ChatSession``:
+views draw its records, the store saves them, the engine is restored from them. Every call into the engine runs on the
+engine thread (``EngineThread``); its events collect in an inbox that the UI drains once per frame into an
+``EventsArrived`` message.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import json
-import re
-import sqlite3
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from enum import Enum
 from pathlib import Path
 
 from textual import on
@@ -23,17 +23,22 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from ..engine import Engine, EngineConfig, ModelSpec, ReplyFinished
-from ..engine.core import Message as ChatMessage
-from ..errors import SpecchatError
+from ..chats.export import export
+from ..chats.records import ReplyRecord, UserTurn
+from ..chats.session import ChatSession, engine_messages
+from ..chats.store import Store, StoreError
+from ..engine import Engine, EngineConfig, ModelSpec, ReplyFinished, ReplyStarted
+from ..engine.core import PLAIN_RATE_TOKENS
+from ..engine.llama import model_identity
+from ..errors import SpecchatError, one_line
 from ..profiles import Profile, engine_config, load_profile
-from ..store import Store, StoredMessage, StoreError
 from ..telemetry.live import LiveTelemetry
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
+from .ab import ABResult, compare, rerun_plain
 from .chat_screen import ChatScreen
 from .engine_thread import EngineThread, lower_ui_priority
 from .keymap import APP_BINDINGS, load_keymap
-from .screens import ABResult, ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
+from .screens import ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
 from .settings import Settings
 from .widgets.prompt import PromptInput
 from .widgets.reply import ReplyView, UserMessage, legend
@@ -43,6 +48,13 @@ from .widgets.sidebar import MemorySnapshot, ProfileInfo, Sidebar
 # for one. Tokens and the sidebar are therefore refreshed together, five times a second (the sidebar must lag by
 # less than 250 ms), on the UI's own clock.
 FRAME_S = 0.2
+
+
+class Activity(Enum):
+    LOADING = "loading"
+    GENERATING = "generating"
+    COMPARING = "comparing"
+    WORKING = "working"  # a short engine job: restoring a chat, a new chat, a system prompt
 
 
 class SpecchatApp(App):
@@ -58,9 +70,11 @@ class SpecchatApp(App):
             self.events = events
 
     class ProfileLoaded(Message):
-        def __init__(self, profile: Profile, config: EngineConfig, action: str, plain_step: float | None) -> None:
+        def __init__(self, profile: Profile, config: EngineConfig, action: str, plain_tps: float | None,
+                      notes: list[str], target_id: str) -> None:
             super().__init__()
-            self.profile, self.config, self.action, self.plain_step = profile, config, action, plain_step
+            self.profile, self.config, self.action, self.plain_tps = profile, config, action, plain_tps
+            self.notes, self.target_id = notes, target_id
 
     class LoadFailed(Message):
         def __init__(self, error: str) -> None:
@@ -68,35 +82,44 @@ class SpecchatApp(App):
             self.error = error
 
     class ReplyFailed(Message):
-        """The engine refused the message (e.g. larger than the context); nothing was generated."""
+        """The engine stopped a reply with an error; ``started`` says whether it had accepted the message."""
+
+        def __init__(self, error: str, started: bool) -> None:
+            super().__init__()
+            self.error, self.started = error, started
+
+    class EngineJobDone(Message):
+        """A short engine job (restore, new chat) finished."""
+
+    class EngineFailed(Message):
+        """An engine job raised; the engine thread goes on with the next one."""
 
         def __init__(self, error: str) -> None:
             super().__init__()
             self.error = error
 
     class ABFinished(Message):
-        def __init__(self, result: ABResult | None, error: str | None = None) -> None:
+        def __init__(self, result: ABResult) -> None:
             super().__init__()
-            self.result, self.error = result, error
+            self.result = result
 
     def __init__(self, settings: Settings | None = None) -> None:
         super().__init__()
         self.settings = settings or Settings()
         self.telemetry = LiveTelemetry()
         self.engine: Engine | None = None
+        self.target_id = ""  # identity of the loaded target: whose token ids a reply's are
         self.profile: Profile | None = None
-        self.store: Store | None = None
-        self.conversation_id: int | None = None
-        self.system_prompt: str | None = None
+        self.conversation = ChatSession(None, self.settings.profile, None, self._store_problem)
         self.show_ghosts = False
         self.markdown = False
         self.status = ""
-        self.busy: str | None = None  # "loading", "generating" or "comparing"
+        self.busy: Activity | None = None
         self._cancel = threading.Event()
-        self._engine_lock = threading.Lock()
-        self._last_reply: ReplyView | None = None
+        self._views: dict[int, ReplyView | UserMessage] = {}  # id(turn) → its widget
+        self._shown_notes: set[str] = set()
         self.memory_snapshot: MemorySnapshot | None = None
-        self.engine_thread = EngineThread()
+        self.engine_thread = EngineThread(lambda error: self.post_message(self.EngineFailed(error)))
         self._inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
 
     # -- layout ------------------------------------------------------------------------------------------------------
@@ -117,6 +140,16 @@ class SpecchatApp(App):
     def chat(self) -> VerticalScroll:
         return self.query_one("#chat", VerticalScroll)
 
+    @property
+    def sidebar(self) -> Sidebar:
+        return self.query_one(Sidebar)
+
+    @property
+    def _last_reply(self) -> ReplyView | None:
+        record = self.conversation.last_reply
+        view = self._views.get(id(record)) if record is not None else None
+        return view if isinstance(view, ReplyView) else None
+
     def _follow(self) -> None:
         """Anchor the chat once it overflows: it then follows the stream in the same layout pass that grows it.
 
@@ -126,14 +159,29 @@ class SpecchatApp(App):
         if not self.chat.is_anchored and self.chat.max_scroll_y > 0:
             self.chat.anchor()
 
-    def _clear_chat(self) -> None:
+    def _show_turns(self) -> None:
+        """Draw the whole chat again from the session (a chat opened, a new chat, a regenerated exchange)."""
         self.chat.remove_children()
         self.chat.anchor(False)
-        self._last_reply = None
+        self._views.clear()
+        for turn in self.conversation.turns:
+            self._mount_turn(turn)
+        self.chat.scroll_end(animate=False)
+        self.call_after_refresh(self._follow)
 
-    @property
-    def sidebar(self) -> Sidebar:
-        return self.query_one(Sidebar)
+    def _mount_turn(self, turn: UserTurn | ReplyRecord) -> None:
+        view = UserMessage(turn.text) if isinstance(turn, UserTurn) else ReplyView(turn, show_ghosts=self.show_ghosts,
+                                                                                   markdown=self.markdown)
+        self._views[id(turn)] = view
+        self.chat.mount(view)
+
+    def _drop_turns(self, index: int) -> None:
+        """Remove the chat's turns from ``index`` on: from the session (and so the store) and from the screen."""
+        for turn in self.conversation.turns[index:]:
+            view = self._views.pop(id(turn), None)
+            if view is not None:
+                view.remove()
+        self.conversation.drop_from(index)
 
     def on_mount(self) -> None:
         self.engine_thread.start()
@@ -143,16 +191,18 @@ class SpecchatApp(App):
             self.set_keymap(load_keymap(self.settings.keymap))
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=10)
-        self._open_store()
+        store = self._open_store()
         try:
             self.profile = load_profile(self.settings.profile)
-            self.system_prompt = self.profile.values["chat"]["system_prompt"] or None
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=15)
-        if self.settings.resume and self.store is not None:
-            chats = self.store.conversations()
+        self.conversation = ChatSession(store, self.profile.name if self.profile else self.settings.profile,
+                                        self._profile_system_prompt(), self._store_problem)
+        if self.settings.resume and store is not None:
+            chats = store.conversations()
             if chats:
-                self.open_conversation(chats[0].id)
+                self.conversation.open(chats[0].id)
+                self._show_turns()
         if self.settings.autoload and self.profile is not None:
             self.start_load(str(self.profile.path))
         self.query_one(PromptInput).focus()
@@ -167,11 +217,9 @@ class SpecchatApp(App):
         self.sidebar.display = width >= self.settings.sidebar_min_width
 
     def refresh_sidebar(self) -> None:
-        profile = ProfileInfo(
-            self.profile.name if self.profile else "(no profile)",
-            self.engine.config.spec.method if self.engine else (self.profile.values["draft"]["method"] if self.profile else "–"),
-            self.status,
-        )
+        method = self.engine.config.spec.method if self.engine else (self.profile.values["draft"]["method"]
+                                                                      if self.profile else "–")
+        profile = ProfileInfo(self.profile.name if self.profile else "(no profile)", method, self.status)
         self.sidebar.show(self.telemetry, profile, self.memory_snapshot)
 
     def _sample_memory(self) -> None:
@@ -182,107 +230,109 @@ class SpecchatApp(App):
                 sizes["draft"] = self.engine.draft_model.path.stat().st_size
         self.memory_snapshot = MemorySnapshot(*self.settings.memory(), sizes)
 
+    def _profile_system_prompt(self) -> str | None:
+        return (self.profile.values["chat"]["system_prompt"] or None) if self.profile else None
+
     # -- storage -----------------------------------------------------------------------------------------------------
 
-    def _open_store(self) -> None:
+    def _open_store(self) -> Store | None:
         if self.settings.db_path is None:
-            return
+            return None
         try:
-            self.store = Store(self.settings.db_path)
+            return Store(self.settings.db_path)
         except StoreError as exc:
-            self.store = None
             self.notify(str(exc), severity="error", timeout=20)
-
-    def _store_call(self, method: str, *args) -> object:
-        """Run one store operation; a failing database switches the app to in-memory chatting, and says so."""
-        if self.store is None:
-            return None
-        try:
-            return getattr(self.store, method)(*args)
-        except (sqlite3.Error, StoreError) as exc:
-            self.store = None
-            self.notify(
-                f"cannot save to {self.settings.db_path} ({exc}) — chatting continues in memory, nothing more is saved",
-                severity="error", timeout=20,
-            )
             return None
 
-    def open_conversation(self, conversation_id: int) -> None:
-        assert self.store is not None
-        conversation = self.store.get(conversation_id)
-        stored = self.store.messages(conversation_id)
-        self.conversation_id = conversation_id
-        self.system_prompt = conversation.system_prompt
-        self._clear_chat()
-        for message in stored:
-            if message.role == "user":
-                self.chat.mount(UserMessage(message.content))
-            elif message.role == "assistant":
-                view = ReplyView(show_ghosts=self.show_ghosts)
-                self.chat.mount(view)
-                view.load(message.segments or [(message.content, "target")], message.ghosts, message.finish_reason)
-                self._last_reply = view
-        self.chat.scroll_end(animate=False)
-        self.call_after_refresh(self._follow)
-        if self.engine is not None:
-            self._restore_engine(stored, conversation.profile)
+    def _store_problem(self, line: str, error: bool) -> None:
+        self.notify(line, severity="error" if error else "information", timeout=20 if error else 8)
 
-    def _restore_engine(self, stored: list[StoredMessage], profile_name: str) -> None:
-        assert self.engine is not None
-        same_target = self.profile is not None and profile_name == self.profile.name
-        messages = ([ChatMessage("system", self.system_prompt)] if self.system_prompt else []) + [
-            ChatMessage(m.role, m.content, m.tokens if same_target else None, m.finish_reason) for m in stored
-        ]
-        self.engine.restore(messages)
+    # -- the engine thread -------------------------------------------------------------------------------------------
+
+    def _run(self, activity: Activity, status: str, job: Callable[[], None]) -> None:
+        """Run ``job`` on the engine thread; it posts its own result, or EngineFailed if it raises."""
+        self.busy = activity
+        self.status = status
+        self.refresh_sidebar()
+        self.engine_thread.submit(job)
+
+    def _restore_engine(self) -> None:
+        """Make the engine's conversation the session's (after a chat opened, a new chat, a system prompt)."""
+        if self.engine is None:
+            return
+        engine, messages = self.engine, self.conversation.engine_messages(self.target_id)
+
+        def job() -> None:
+            engine.restore(messages)
+            self.post_message(self.EngineJobDone())
+
+        self._run(Activity.WORKING, "", job)
+
+    def on_specchat_app_engine_job_done(self, _message: EngineJobDone) -> None:
+        self.busy = None
+        self.status = ""
+        self.refresh_sidebar()
+
+    def on_specchat_app_engine_failed(self, message: EngineFailed) -> None:
+        self.busy = None
+        self.status = ""
+        self.notify(f"the engine stopped: {message.error}", severity="error", timeout=20)
+        self.refresh_sidebar()
 
     # -- loading -------------------------------------------------------------------------------------------------------
 
-    def load_profile_worker(self, name: str, draft: Path | None = None) -> None:
-        try:
-            profile = load_profile(name)
-            config = engine_config(profile)
-            if draft is not None:
-                config = dataclasses.replace(
-                    config, draft=ModelSpec(draft, threads=config.target.threads),
-                    spec=dataclasses.replace(config.spec, method="draft"),
-                )
-            config = dataclasses.replace(config, system_prompt=self.system_prompt)
-            with self._engine_lock:
-                if self.engine is None:
-                    engine = Engine(config)
-                    action = "loaded"
-                else:
-                    engine = self.engine
-                    action = engine.apply(config)
-                plain_step = engine.measure_plain_step()
-            self.engine = engine
-            self.post_message(self.ProfileLoaded(profile, config, action, plain_step))
-        except SpecchatError as exc:
-            self.post_message(self.LoadFailed(str(exc)))
-
     def start_load(self, name: str, draft: Path | None = None) -> None:
-        if self.busy in ("generating", "comparing"):
+        if self.busy in (Activity.GENERATING, Activity.COMPARING):
             self.notify("wait for the reply to finish (or press Esc) before switching profiles", severity="warning")
             return
-        self.busy = "loading"
-        self.status = f"loading {Path(name).stem}…"
-        self.refresh_sidebar()
-        self.engine_thread.submit(lambda: self.load_profile_worker(name, draft))
+        turns = list(self.conversation.turns)
+        system_prompt = self.conversation.system_prompt
+
+        def job() -> None:
+            try:
+                profile = load_profile(name)
+                config = engine_config(profile)
+                if draft is not None:
+                    config = dataclasses.replace(
+                        config, draft=ModelSpec(draft, threads=config.target.threads),
+                        spec=dataclasses.replace(config.spec, method="draft"),
+                    )
+                config = dataclasses.replace(config, system_prompt=system_prompt)
+                if self.engine is None:
+                    self.engine, action = Engine(config), "loaded"
+                else:
+                    action = self.engine.apply(config)
+            except SpecchatError as exc:
+                self.post_message(self.LoadFailed(str(exc)))
+                return
+            engine = self.engine
+            target_id = model_identity(engine.target.path)
+            engine.restore(engine_messages(turns, system_prompt, target_id))
+            plain = engine.measure_plain_rate() if action in ("loaded", "full reload") else None
+            self.post_message(self.ProfileLoaded(profile, config, action, plain, engine.notes, target_id))
+
+        self._run(Activity.LOADING, f"loading {Path(name).stem}…", job)
 
     def on_specchat_app_profile_loaded(self, message: ProfileLoaded) -> None:
         self.busy = None
         self.status = ""
         self.profile = message.profile
-        if message.plain_step:
-            self.telemetry.set_plain_reference(1 / message.plain_step, "single-token step, measured")
+        self.target_id = message.target_id
+        self.conversation.set_profile(message.profile.name)
+        if message.action in ("loaded", "full reload"):  # a reference measured on another target means nothing here
+            self.telemetry.set_plain_reference(message.plain_tps, f"plain run of {PLAIN_RATE_TOKENS} tokens after"
+                                               " loading, same loop")
+        self.telemetry.reset_chat()
         self.telemetry.speculation = self.engine.speculation_state() if self.engine else None
-        self.telemetry.n_max = self.engine.n_max if self.engine and self.engine.config.spec.method != "none" else 0
+        self.telemetry.n_max = self.engine.n_max if self.engine else 0
         self._sample_memory()
         settle_garbage()
-        if self.conversation_id is not None and self.store is not None and message.action in ("loaded", "full reload"):
-            self._restore_engine(self.store.messages(self.conversation_id), self.store.get(self.conversation_id).profile)
         if message.action != "loaded":  # the first load needs no announcement; switches do
             self.notify(f"profile {message.profile.name}: {message.action}")
+        for note in message.notes:
+            if note not in self._shown_notes:
+                self._shown_notes.add(note)
+                self.notify(note, severity="warning", timeout=15)
         self.refresh_sidebar()
 
     def on_specchat_app_load_failed(self, message: LoadFailed) -> None:
@@ -305,43 +355,43 @@ class SpecchatApp(App):
     def submit(self, text: str) -> None:
         if not text.strip():
             return
-        if self.engine is None or self.busy == "loading":
-            self.notify("the model is still loading — try again in a moment" if self.busy == "loading"
-                        else "no model is loaded — pick a profile with F2", severity="warning")
+        if self.engine is None or self.busy is not None:
+            if self.busy is Activity.LOADING:
+                why = "the model is still loading — try again in a moment"
+            elif self.engine is None:
+                why = "no model is loaded — pick a profile with F2"
+            else:
+                why = "still answering — press Esc to cancel first" if self.busy is Activity.GENERATING else "busy — try again in a moment"
+            self.notify(why, severity="warning")
             self.query_one(PromptInput).load_text(text)
             return
-        if self.busy:
-            self.notify("still answering — press Esc to cancel first", severity="warning")
-            self.query_one(PromptInput).load_text(text)
-            return
-        if self.conversation_id is None:
-            title = " ".join(text.split())[:48]
-            self.conversation_id = self._store_call("create", title, self.profile.name if self.profile else "", self.system_prompt)
-        if self.conversation_id is not None:
-            self._store_call("append", self.conversation_id, StoredMessage("user", text))
-        self.chat.mount(UserMessage(text))
-        self._start_reply(text)
+        self._start_reply(text, restore=None)
 
-    def _start_reply(self, text: str) -> None:
-        view = ReplyView(show_ghosts=self.show_ghosts)
-        self.chat.mount(view)
-        self._last_reply = view
+    def _start_reply(self, text: str, restore: list | None) -> None:
+        """Add the exchange to the session and its views, then answer on the engine thread (after restoring the
+        engine's conversation first, when ``restore`` is given)."""
+        user = self.conversation.add_user(text)
+        record = self.conversation.add_reply(self.target_id)
+        self._mount_turn(user)
+        self._mount_turn(record)
         self.chat.scroll_end(animate=False)
-        self.busy = "generating"
         self._cancel.clear()
         self._streaming(True)
-        self.engine_thread.submit(lambda: self.generate(text))
+        engine, max_tokens = self.engine, self.settings.max_tokens
 
-    def generate(self, text: str) -> None:
-        with self._engine_lock:
-            assert self.engine is not None
-            reset_peak_rss()
+        def job() -> None:
+            started = False
             try:
-                for event in self.engine.reply(text, max_tokens=self.settings.max_tokens,
-                                               should_stop=self._cancel.is_set):
+                if restore is not None:
+                    engine.restore(restore)
+                reset_peak_rss()
+                for event in engine.reply(text, max_tokens=max_tokens, should_stop=self._cancel.is_set):
+                    started = started or isinstance(event, ReplyStarted)
                     self._inbox.append(event)  # all the engine thread does per event: it never waits on the UI
-            except SpecchatError as exc:
-                self.post_message(self.ReplyFailed(str(exc)))
+            except Exception as exc:
+                self.post_message(self.ReplyFailed(one_line(exc), started))
+
+        self._run(Activity.GENERATING, "", job)
 
     def _streaming(self, on: bool) -> None:
         """Frames run while a reply streams; the prompt's cursor stops blinking then, since each blink is a frame."""
@@ -359,44 +409,75 @@ class SpecchatApp(App):
             self.post_message(self.EventsArrived(events))
 
     def on_specchat_app_events_arrived(self, message: EventsArrived) -> None:
+        self._apply_events(message.events)
+        self._follow()
+
+    def _apply_events(self, events: list[object]) -> None:
+        record = self.conversation.last_reply
+        self.telemetry.consume(events)
+        if record is None:
+            return
+        record.add(events)
         view = self._last_reply
-        self.telemetry.consume(message.events)
+        finished = next((e for e in events if isinstance(e, ReplyFinished)), None)
+        if finished is not None and record.stats is not None:
+            record.stats["peak_rss"] = peak_rss_bytes()  # since the reply began: the engine thread reset it then
+        self.conversation.reply_changed(record)
         if view is not None:
-            view.add(message.events)
-        finished = next((e for e in message.events if isinstance(e, ReplyFinished)), None)
-        if finished is not None:
-            self._streaming(False)
-            self.busy = None
-            if view is not None:
-                view.finish(finished.finish_reason)
+            view.refresh_view()
+            if finished is not None:
                 view.set_markdown(self.markdown)
-                self._save_reply(view, finished)
+        if finished is not None:
+            self._reply_over()
             self._sample_memory()
             settle_garbage()
         self.refresh_sidebar()
-        self._follow()
 
-    def on_specchat_app_reply_failed(self, message: ReplyFailed) -> None:
-        self._drain_inbox()  # what the engine said before failing (e.g. a trimmed context) still reaches the telemetry
+    def _reply_over(self) -> None:
         self._streaming(False)
         self.busy = None
-        if self._last_reply is not None and not self._last_reply.segments:
-            self._last_reply.remove()
-            self._last_reply = None
+        self.status = ""
+
+    def on_specchat_app_reply_failed(self, message: ReplyFailed) -> None:
+        events = list(self._inbox)
+        self._inbox.clear()
+        if events:  # what the engine said before failing (e.g. a trimmed context) still counts
+            self._apply_events(events)
+        self._reply_over()
+        record = self.conversation.last_reply
+        exchange = self.conversation.last_exchange()
+        if not message.started and record is not None and exchange is not None:
+            # Refused before it began (e.g. larger than the context): the exchange leaves no trace, the text goes
+            # back to the prompt to be edited.
+            index, text = exchange
+            self._drop_turns(index)
+            self.query_one(PromptInput).load_text(text)
+        elif record is not None and record.streaming:
+            record.finish_reason = "error"
+            self.conversation.save()
+            if self._last_reply is not None:
+                self._last_reply.refresh_view()
         self.notify(message.error, severity="error", timeout=15)
         self.refresh_sidebar()
 
-    def _save_reply(self, view: ReplyView, finished: ReplyFinished) -> None:
-        if self.conversation_id is None:
-            return
-        summary = finished.stats.summary() | {"peak_rss": peak_rss_bytes()}
-        stored = StoredMessage("assistant", finished.text, list(view.tokens), list(view.segments),
-                               sorted(view.ghosts.items()), finished.finish_reason, summary)
-        self._store_call("append", self.conversation_id, stored)
-
     def action_cancel(self) -> None:
-        if self.busy == "generating":
+        if self.busy is Activity.GENERATING:
             self._cancel.set()
+
+    async def action_quit(self) -> None:
+        self._save_on_exit()
+        self.exit()
+
+    def _save_on_exit(self) -> None:
+        """Quitting mid-reply keeps what arrived, marked interrupted: never lose a chat."""
+        if self.busy is Activity.GENERATING:
+            self._cancel.set()
+            events = list(self._inbox)
+            self._inbox.clear()
+            record = self.conversation.last_reply
+            if record is not None:
+                record.add(events)
+        self.conversation.interrupt()
 
     # -- actions -------------------------------------------------------------------------------------------------------
 
@@ -434,8 +515,9 @@ class SpecchatApp(App):
             view.set_markdown(self.markdown)
 
     def action_copy_reply(self) -> None:
-        if self._last_reply is not None and self._last_reply.text:
-            self.copy_to_clipboard(self._last_reply.text)
+        record = self.conversation.last_reply
+        if record is not None and record.text:
+            self.copy_to_clipboard(record.text)
             self.notify("reply copied to the clipboard")
 
     def action_copy_code(self) -> None:
@@ -446,146 +528,105 @@ class SpecchatApp(App):
         else:
             self.notify("the last reply has no code block", severity="warning")
 
-    def _last_prompt(self) -> str | None:
-        if self.engine is None:
-            return None
-        users = [m for m in self.engine.messages if m.role == "user"]
-        return users[-1].content if users else None
-
     def action_regenerate(self) -> None:
-        prompt = self._last_prompt()
-        if prompt is None or self.busy or self.engine is None:
+        exchange = self.conversation.last_exchange()
+        if exchange is None or self.busy is not None or self.engine is None:
             return
-        messages = self.engine.messages
-        if messages and messages[-1].role == "assistant":
-            with self._engine_lock:
-                self.engine.restore(messages[:-2])
-            if self._last_reply is not None:
-                self._last_reply.remove()
-            if self.conversation_id is not None and self.store is not None:
-                self._store_call("truncate", self.conversation_id, len(self.store.messages(self.conversation_id)) - 1)
-        self._start_reply(prompt)
+        index, text = exchange
+        self._drop_turns(index)
+        self._start_reply(text, restore=self.conversation.engine_messages(self.target_id))
 
     def action_ab_compare(self) -> None:
-        if self.engine is None or self.busy or self._last_reply is None or self._last_reply.finish_reason is None:
+        record = self.conversation.last_reply
+        exchange = self.conversation.last_exchange()
+        if self.engine is None or self.busy is not None or record is None or record.streaming or exchange is None \
+                or record.stats is None:
             self.notify("A/B needs a finished reply to compare", severity="warning")
             return
-        self.busy = "comparing"
-        self.status = "A/B: rerunning without speculation…"
-        self.refresh_sidebar()
-        stored = self.store.messages(self.conversation_id) if self.store and self.conversation_id else []
-        spec_stats = stored[-1].telemetry if stored and stored[-1].role == "assistant" else None
-        self.engine_thread.submit(lambda: self.ab_worker(spec_stats))
+        index, text = exchange
+        engine, max_tokens = self.engine, self.settings.max_tokens
+        before = self.conversation.engine_messages(self.target_id, upto=index)
+        after = self.conversation.engine_messages(self.target_id)
+        spec, spec_tokens = dict(record.stats), list(record.tokens)
+        sampled = not engine.config.sampling.greedy
 
-    def ab_worker(self, spec_stats: dict | None) -> None:
-        with self._engine_lock:
-            engine = self.engine
-            assert engine is not None
-            messages = list(engine.messages)
-            original = engine.config
-            spec_reply = messages[-1]
-            try:
-                engine.restore(messages[:-2])
-                engine.apply(dataclasses.replace(original, spec=dataclasses.replace(original.spec, method="none")))
-                reset_peak_rss()
-                finished = None
-                for event in engine.reply(messages[-2].content, max_tokens=self.settings.max_tokens):
-                    if isinstance(event, ReplyFinished):
-                        finished = event
-                plain_peak = peak_rss_bytes()
-                assert finished is not None
-                result = ABResult.build(spec_stats, spec_reply.tokens, finished.stats.summary(),
-                                        engine.messages[-1].tokens, plain_peak)
-            except SpecchatError as exc:
-                self.post_message(self.ABFinished(None, str(exc)))
-                return
-            finally:
-                engine.apply(original)
-                engine.restore(messages)
-            self.post_message(self.ABFinished(result))
+        def job() -> None:
+            plain, plain_tokens = rerun_plain(engine, text, before, after, record.reused_tokens or 0, max_tokens)
+            self.post_message(self.ABFinished(compare(spec, spec_tokens, plain, plain_tokens, sampled)))
+
+        self._run(Activity.COMPARING, "A/B: rerunning without speculation…", job)
 
     def on_specchat_app_abfinished(self, message: ABFinished) -> None:
         self.busy = None
         self.status = ""
-        if message.result is None:
-            self.notify(f"A/B failed: {message.error}", severity="error")
-        else:
-            plain_tps = message.result.plain.get("decode_tps")
-            if plain_tps:
-                self.telemetry.set_plain_reference(plain_tps, "A/B plain run")
-            self.push_screen(ABScreen(message.result))
+        plain_tps = message.result.plain.get("decode_tps")
+        if plain_tps:  # a reply too short to measure keeps the reference there was
+            self.telemetry.set_plain_reference(plain_tps, "A/B plain run of the last prompt, same loop")
+        self.push_screen(ABScreen(message.result))
         self.refresh_sidebar()
 
     def action_new_chat(self) -> None:
-        if self.busy:
+        if self.busy is not None:
             return
-        self.conversation_id = None
-        self.system_prompt = self.profile.values["chat"]["system_prompt"] or None if self.profile else None
-        self._clear_chat()
-        if self.engine is not None:
-            with self._engine_lock:
-                self.engine.restore([ChatMessage("system", self.system_prompt)] if self.system_prompt else [])
+        self.conversation.new(self._profile_system_prompt())
+        self.telemetry.reset_chat()
+        self._show_turns()
+        self._restore_engine()
 
     def action_conversations(self) -> None:
-        if self.store is None:
+        if self.conversation.store is None:
             self.notify("chats are not being saved (no database) — nothing to list", severity="warning")
             return
-        self.push_screen(ConversationsScreen(self.store), self._conversation_chosen)
+        self.push_screen(ConversationsScreen(self.conversation.store), self._conversation_chosen)
 
     def _conversation_chosen(self, choice: tuple[str, int] | None) -> None:
-        if choice is None or self.busy:
+        if choice is None or self.busy is not None:
             return
         action, conversation_id = choice
         if action == "open":
             self.open_conversation(conversation_id)
         elif action == "export":
-            self.export(conversation_id)
+            current = self.conversation
+            other = ChatSession(current.store, current.profile, None, self._store_problem)
+            other.open(conversation_id)
+            self._export(other)
+
+    def open_conversation(self, conversation_id: int) -> None:
+        try:
+            self.conversation.open(conversation_id)
+        except (StoreError, OSError) as exc:
+            self.notify(one_line(exc), severity="error")
+            return
+        self.telemetry.reset_chat()
+        self._show_turns()
+        self._restore_engine()
 
     def action_export(self) -> None:
-        if self.conversation_id is None or self.store is None:
-            self.notify("nothing saved to export yet", severity="warning")
+        if not self.conversation.turns:
+            self.notify("nothing to export yet", severity="warning")
             return
-        self.export(self.conversation_id)
+        self._export(self.conversation)
 
-    def export(self, conversation_id: int) -> list[Path]:
-        assert self.store is not None
-        conversation = self.store.get(conversation_id)
-        messages = self.store.messages(conversation_id)
-        slug = re.sub(r"[^a-z0-9]+", "-", conversation.title.lower()).strip("-")[:40] or "chat"
-        directory = self.settings.exports
-        directory.mkdir(parents=True, exist_ok=True)
-        base = directory / f"chat-{conversation_id}-{slug}"
-        md = [f"# {conversation.title}", "", f"*profile {conversation.profile}*", ""]
-        if conversation.system_prompt:
-            md += [f"> system: {conversation.system_prompt}", ""]
-        for m in messages:
-            md += [f"## {m.role}", "", m.content, ""]
-        md_path, json_path = base.with_suffix(".md"), base.with_suffix(".json")
-        md_path.write_text("\n".join(md))
-        json_path.write_text(json.dumps({
-            "title": conversation.title, "profile": conversation.profile, "system_prompt": conversation.system_prompt,
-            "messages": [dataclasses.asdict(m) for m in messages],
-        }, indent=1))
+    def _export(self, session: ChatSession) -> None:
+        try:
+            md_path, json_path = export(session, self.settings.exports)
+        except OSError as exc:
+            self.notify(f"cannot export to {self.settings.exports}: {exc.strerror or exc}", severity="error")
+            return
         self.notify(f"exported to {md_path} and {json_path.name}")
-        return [md_path, json_path]
 
     def action_system_prompt(self) -> None:
-        self.push_screen(SystemPromptScreen(self.system_prompt or ""), self._system_prompt_set)
+        self.push_screen(SystemPromptScreen(self.conversation.system_prompt or ""), self._system_prompt_set)
 
     def _system_prompt_set(self, text: str | None) -> None:
-        if text is None or self.busy:
+        if text is None or self.busy is not None:
             return
-        self.system_prompt = text.strip() or None
-        if self.conversation_id is not None:
-            self._store_call("set_system_prompt", self.conversation_id, self.system_prompt)
-        if self.engine is not None:
-            with self._engine_lock:
-                rest = [m for m in self.engine.messages if m.role != "system"]
-                system = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
-                self.engine.restore(system + rest)
+        self.conversation.set_system_prompt(text.strip() or None)
+        self._restore_engine()
         self.notify("system prompt set for this chat")
 
     def on_unmount(self) -> None:
+        self._save_on_exit()
         self.engine_thread.stop()
 
 
@@ -604,4 +645,3 @@ def settle_garbage() -> None:
 def make_app(settings: Settings | None = None) -> SpecchatApp:
     """The app factory used by ``specchat`` and by the tests."""
     return SpecchatApp(settings)
-

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -19,7 +18,8 @@ from textual.widgets.option_list import Option
 from .. import models
 from ..errors import SpecchatError
 from ..profiles import available_profiles, load_profile
-from ..store import Store
+from ..chats.store import Store
+from .ab import ABResult
 from .keymap import ALL_BINDINGS
 
 CLOSE = [Binding("escape", "dismiss_screen", "Close", id="close_modal", tooltip="Close this dialog")]
@@ -75,12 +75,26 @@ class ProfileScreen(_Modal):
             if name == self.current:
                 label.append("  ← current", style="green")
             options.append(Option(label, id=f"profile:{name}"))
-        drafts = self._drafts()
         with Vertical(id="profiles", classes="dialog"):
             yield Label("Profiles — Enter switches; only what changed reloads")
             yield OptionList(*options, id="profile-list")
             yield Label("Drafts for the current target")
-            yield OptionList(*drafts, id="draft-list")
+            yield OptionList(Option(Text("looking through your model folders…", style="dim"), disabled=True),
+                             id="draft-list")
+
+    def on_mount(self) -> None:
+        self._find_drafts()
+
+    @work(thread=True, exclusive=True)
+    def _find_drafts(self) -> None:
+        """Reading every GGUF's vocabulary takes a while with many models: never on the UI thread."""
+        drafts = self._drafts()
+        self.app.call_from_thread(self._show_drafts, drafts)
+
+    def _show_drafts(self, drafts: list[Option]) -> None:
+        listing = self.query_one("#draft-list", OptionList)
+        listing.clear_options()
+        listing.add_options(drafts)
 
     def _drafts(self) -> list[Option]:
         if self.target is None:
@@ -108,21 +122,6 @@ class ProfileScreen(_Modal):
         self.dismiss((kind, value))
 
 
-@dataclass(frozen=True)
-class ABResult:
-    spec: dict[str, Any]
-    plain: dict[str, Any]
-    identical: bool | None
-
-    @classmethod
-    def build(cls, spec_stats: dict | None, spec_tokens: list[int] | None, plain_stats: dict,
-              plain_tokens: list[int] | None, plain_peak: int | None) -> ABResult:
-        spec = dict(spec_stats or {})
-        plain = dict(plain_stats) | {"peak_rss": plain_peak}
-        identical = spec_tokens == plain_tokens if spec_tokens is not None and plain_tokens is not None else None
-        return cls(spec, plain, identical)
-
-
 def _fmt(value: Any, pattern: str, scale: float = 1) -> str:
     return "–" if value is None else format(value * scale, pattern)
 
@@ -134,10 +133,11 @@ class ABScreen(_Modal):
 
     def compose(self) -> ComposeResult:
         spec, plain = self.result.spec, self.result.plain
-        table = Table(title="A/B: the same prompt, target, context and sampling", expand=True)
+        table = Table(title="A/B: the same prompt, target, context, sampling and cache state", expand=True)
         table.add_column("")
         table.add_column(f"speculation ({spec.get('method', '?')})", justify="right")
         table.add_column("plain decoding", justify="right")
+        table.add_row("prompt tokens decoded", _fmt(spec.get("prefill_tokens"), "d"), _fmt(plain.get("prefill_tokens"), "d"))
         table.add_row("TTFT", _fmt(spec.get("ttft"), ".0f", 1000) + " ms", _fmt(plain.get("ttft"), ".0f", 1000) + " ms")
         table.add_row("decode tok/s", _fmt(spec.get("decode_tps"), ".1f"), _fmt(plain.get("decode_tps"), ".1f"))
         table.add_row("total", _fmt(spec.get("t_total"), ".2f") + " s", _fmt(plain.get("t_total"), ".2f") + " s")
@@ -147,11 +147,16 @@ class ABScreen(_Modal):
         if spec.get("decode_tps") and plain.get("decode_tps"):
             ratio = spec["decode_tps"] / plain["decode_tps"]
             table.add_row("speed-up", Text(f"{ratio:.2f}×", style="green" if ratio >= 1 else "#ffaf00"), "1.00×")
-        same = {True: Text("yes — identical tokens", style="green"), False: Text("NO — the replies differ", style="bold red"),
-                None: Text("unknown", style="dim")}[self.result.identical]
+        if self.result.sampled:
+            same = Text("not compared — sampled replies differ by chance (the output follows the target's"
+                        " distribution; compare at temperature 0 for identical tokens)", style="dim")
+        elif self.result.identical:
+            same = Text("yes — identical tokens", style="green")
+        else:
+            same = Text("NO — the replies differ", style="bold red")
         with Vertical(id="ab", classes="dialog"):
             yield Static(table)
-            yield Static(Text.assemble("replies identical: ", same))
+            yield Static(Text.assemble("replies identical: ", same), id="ab-identical")
             yield Button("Close", id="ab-close")
 
     @on(Button.Pressed, "#ab-close")

@@ -6,9 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import platformdirs
-
-from ..store import default_path
+from .. import paths
 from ..telemetry.memory import GpuMemory, GpuUnavailable, gpu_memory, rss_bytes
 
 
@@ -16,20 +14,12 @@ def measure_memory() -> tuple[GpuMemory | GpuUnavailable, int | None]:
     return gpu_memory(), rss_bytes()
 
 
-def keymap_path() -> Path:
-    return Path(platformdirs.user_config_dir("specchat")) / "keymap.toml"
-
-
-def exports_dir() -> Path:
-    return Path(platformdirs.user_data_dir("specchat")) / "exports"
-
-
 @dataclass
 class Settings:
     profile: str = "tiny"
-    db_path: Path | None = field(default_factory=default_path)  # None: keep chats in memory only
-    keymap: Path = field(default_factory=keymap_path)
-    exports: Path = field(default_factory=exports_dir)
+    db_path: Path | None = field(default_factory=paths.chats_db)  # None: keep chats in memory only
+    keymap: Path = field(default_factory=paths.keymap_file)
+    exports: Path = field(default_factory=paths.exports_dir)
     autoload: bool = True  # load the profile's models at start (snapshot tests replay recorded events instead)
     resume: bool = True  # reopen the most recent conversation
     max_tokens: int = 1024

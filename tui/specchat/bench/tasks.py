@@ -8,7 +8,7 @@ from pathlib import Path
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..engine.core import Message
+from ..engine.conversation import Message
 from ..errors import ConfigError
 
 BUNDLED_TASKS = Path(__file__).with_name("tasks.toml")

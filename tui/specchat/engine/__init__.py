@@ -1,7 +1,8 @@
 """The speculative engine, free of any UI: configure it, feed it messages, consume its events."""
 
 from .config import EngineConfig, ModelSpec, SpecConfig
-from .core import Engine, Message
+from .conversation import Message
+from .core import Engine
 from .events import (
     ContextTrimmed,
     DraftRejected,

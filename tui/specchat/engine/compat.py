@@ -1,11 +1,14 @@
-"""llama.cpp's rule for whether a draft can speculate for a target (``common_speculative_are_compatible``)."""
+"""llama.cpp's rule for whether a draft can speculate for a target (``common_speculative_are_compatible``).
+
+The vocabulary facts are read by llama.cpp itself (a vocabulary-only load: no weights), so defaults that a GGUF leaves
+out — whether to add BOS, which depends on the tokenizer and its pre-tokenizer — are the ones llama.cpp will use.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 # Token ids below this are control tokens that families renumber freely; llama.cpp skips them too.
 FIRST_CHECKED_TOKEN = 5
@@ -14,8 +17,7 @@ MAX_VOCAB_SIZE_DIFFERENCE = 128
 
 @dataclass(frozen=True)
 class VocabInfo:
-    name: str
-    vocab_type: str
+    vocab_type: int
     n_vocab: int
     bos: int
     eos: int
@@ -33,7 +35,8 @@ def compatibility_problems(target: VocabInfo, draft: VocabInfo) -> list[str]:
         problems.append(
             f"BOS differs (target add_bos={target.add_bos} id={target.bos}, draft add_bos={draft.add_bos} id={draft.bos})"
         )
-    if target.add_eos != draft.add_eos or target.eos != draft.eos:
+    # EOS ids matter only when the tokenizer appends EOS; otherwise llama.cpp does not compare them.
+    if target.add_eos != draft.add_eos or (target.add_eos and target.eos != draft.eos):
         problems.append(
             f"EOS differs (target add_eos={target.add_eos} id={target.eos}, draft add_eos={draft.add_eos} id={draft.eos})"
         )
@@ -42,33 +45,33 @@ def compatibility_problems(target: VocabInfo, draft: VocabInfo) -> list[str]:
         problems.append(
             f"vocabulary sizes differ by {gap} > {MAX_VOCAB_SIZE_DIFFERENCE} (target {target.n_vocab}, draft {draft.n_vocab})"
         )
-    for token in range(FIRST_CHECKED_TOKEN, min(target.n_vocab, draft.n_vocab)):
-        a, b = target.token_text(token), draft.token_text(token)
-        if a != b:
-            problems.append(f"token {token} differs (target {a!r}, draft {b!r})")
-            break
+    else:
+        for token in range(FIRST_CHECKED_TOKEN, min(target.n_vocab, draft.n_vocab)):
+            a, b = target.token_text(token), draft.token_text(token)
+            if a != b:
+                problems.append(f"token {token} differs (target {a!r}, draft {b!r})")
+                break
     return problems
 
 
-def vocab_from_metadata(name: str, meta: dict[str, Any]) -> VocabInfo:
-    """The vocabulary facts of a GGUF header (see ``gguf_header.read_metadata``)."""
-    tokens: list[str] = meta.get("tokenizer.ggml.tokens") or []
-    return VocabInfo(
-        name=name,
-        vocab_type=str(meta.get("tokenizer.ggml.model", "none")),
-        n_vocab=len(tokens),
-        bos=meta.get("tokenizer.ggml.bos_token_id", -1),
-        eos=meta.get("tokenizer.ggml.eos_token_id", -1),
-        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-        add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
-        token_text=lambda i: tokens[i].encode("utf-8"),
-    )
+def read_vocab(path: Path, role: str) -> tuple[VocabInfo, Callable[[], None]]:
+    """The vocabulary facts of a GGUF as llama.cpp reads them, and the function that frees them."""
+    from .llama import Model
+
+    model = Model(path, role=role, vocab_only=True)
+    info = VocabInfo(model.vocab_type, model.n_vocab, model.bos, model.eos, model.add_bos, model.add_eos,
+                     model.token_text)
+    return info, model.close
 
 
 def check_pair(target: Path, draft: Path) -> list[str]:
-    """The compatibility problems of a target/draft pair, read from their headers without loading weights."""
-    from .gguf_header import read_metadata
-
-    return compatibility_problems(
-        vocab_from_metadata(target.name, read_metadata(target)), vocab_from_metadata(draft.name, read_metadata(draft))
-    )
+    """The compatibility problems of a target/draft pair, without loading either model's weights."""
+    target_vocab, close_target = read_vocab(target, "target")
+    try:
+        draft_vocab, close_draft = read_vocab(draft, "draft")
+        try:
+            return compatibility_problems(target_vocab, draft_vocab)
+        finally:
+            close_draft()
+    finally:
+        close_target()

@@ -61,6 +61,7 @@ class EngineConfig:
     sampling: SamplingParams = SamplingParams()
     n_ctx: int = 4096
     system_prompt: str | None = None
+    chat_template: str | None = None  # a Jinja file or one of llama.cpp's names; None: the GGUF's own
 
     def __post_init__(self) -> None:
         if self.n_ctx < 64:

@@ -1,7 +1,14 @@
 """What the engine reports while it answers, in the order it happens.
 
-A reply is: ``ReplyStarted``, maybe ``ContextTrimmed`` first, then per verify step some ``TokenEmitted`` and at most
-one ``DraftRejected`` followed by ``StepVerified``, and finally ``ReplyFinished`` with the reply's telemetry.
+A reply is: maybe ``ContextTrimmed``, then ``ReplyStarted``, the prefill's first token (``TokenEmitted``, step 0),
+then for each verify step, in this order:
+1. ``TokenEmitted`` for each draft token the target accepted (kind ``accepted``);
+2. ``DraftRejected`` with the rejected tail of the draft, if any was rejected;
+3. ``TokenEmitted`` for the target's own token: the correction (``corrected``), the bonus after a fully accepted draft
+   (``bonus``) or a plain token (``target``) — absent when that token, or an accepted draft token, ended the reply;
+4. ``SpeculationChanged`` if the step switched speculation on or off, then ``StepVerified`` with the step's counts;
+and finally ``ReplyFinished`` with the reply's telemetry. A rejected tail is therefore always shown between the
+accepted tokens of its step and the target's correction.
 """
 
 from __future__ import annotations
@@ -9,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .telemetry import ReplyStats
+from .stats import ReplyStats
 
 
 class TokenKind(StrEnum):
@@ -68,16 +75,17 @@ class DraftRejected:
 class StepVerified:
     step: int
     drafted: int
-    accepted: int
-    ignored: int
-    n_max: int
+    accepted: int  # an accepted end-of-generation token included (it ends the reply and is not shown)
+    ignored: int  # draft tokens dropped because the draft was shorter than n_min
+    withheld: int  # draft positions not proposed because the draft's confidence was below p_min
+    n_max: int  # the draft length allowed this step
     context_used: int
 
 
 @dataclass(frozen=True, slots=True)
 class ReplyFinished:
     text: str
-    finish_reason: str  # "stop", "length", "context_full" or "cancelled"
+    finish_reason: str  # "stop", "length", "context_full", "cancelled" or "error"
     stats: ReplyStats
 
 

@@ -15,7 +15,8 @@ from typing import Any
 from gguf import GGUFValueType
 
 from ..errors import ModelError
-from .llama import GGUF_MAGIC
+
+GGUF_MAGIC = b"GGUF"
 
 _SCALARS = {
     GGUFValueType.UINT8: "<B",
@@ -85,3 +86,12 @@ def read_metadata(path: Path) -> dict[str, Any]:
         raise ModelError(f"{path}: the GGUF header is truncated or corrupt ({exc}) — re-download the file") from None
     except OSError as exc:
         raise ModelError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def check_vocabulary(path: Path) -> None:
+    """Refuse a vocabulary llama.cpp would abort the whole process on (it asserts that no token text repeats)."""
+    tokens = read_metadata(path).get("tokenizer.ggml.tokens") or []
+    if len(set(tokens)) != len(tokens):
+        seen: set[str] = set()
+        twice = next(t for t in tokens if t in seen or seen.add(t))
+        raise ModelError(f"{path}: the vocabulary lists the token {twice!r} twice — the file is corrupt; re-download it")

@@ -94,14 +94,18 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     return Dist(ids, tempered / tempered.sum())
 
 
-def accept_or_resample(
-    p: Dist, q: Dist | None, token: int, rng: np.random.Generator, n_vocab: int
-) -> tuple[bool, int]:
+def pick(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+    """The target's own token from one row of logits: argmax when greedy, else a draw from its distribution."""
+    return greedy_token(logits) if params.greedy else distribution(logits, params).sample(rng)
+
+
+def accept_or_resample(p: Dist, q: Dist | None, token: int, rng: np.random.Generator) -> tuple[bool, int]:
     """Judge one drafted ``token`` against target distribution ``p``.
 
     With a draft distribution ``q`` this is the rule of Leviathan et al. (2023): accept with probability
     min(1, p/q), else sample from norm(max(0, p − q)). A draft without ``q`` (greedy or n-gram, i.e. one-hot) is
     judged by sampling y ~ p and accepting iff y is the drafted token, which is the same rule for a one-hot q.
+    A drafted id the target does not have (vocabularies may differ by up to 128 ids) has p = 0 and is always rejected.
     Returns (accepted, token to emit); the emitted token is the draft itself when accepted.
     """
     if q is None:
@@ -110,7 +114,8 @@ def accept_or_resample(
     px, qx = p.prob(token), q.prob(token)
     if qx > 0 and rng.random() * qx < px:
         return True, token
-    residual = np.maximum(p.dense(n_vocab) - q.dense(n_vocab), 0.0)
+    size = int(max(p.ids.max(), q.ids.max())) + 1  # either vocabulary may be the larger
+    residual = np.maximum(p.dense(size) - q.dense(size), 0.0)
     total = residual.sum()
     if total <= 0:
         # p ≤ q everywhere means p == q: rejection was numerically impossible, so p itself is the residual.

@@ -1,4 +1,10 @@
-"""Live statistics for the sidebar, computed from the engine's events only (engine → events → telemetry → widgets)."""
+"""Live statistics for the sidebar, computed from the engine's events only (engine → events → telemetry → widgets).
+
+Every figure is re-derivable from the event stream: counts from ``StepVerified``, times from the ``elapsed`` of each
+``TokenEmitted``. A rate needs a minimum window (tokens of one step arrive together, so a shorter window measures
+nothing but that); a figure that cannot be measured is None and shows as "–". The chat's counters
+cover the current chat and profile: a new chat, an opened one or a profile switch starts them again.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +22,10 @@ from ..engine.events import (
     StepVerified,
     TokenEmitted,
 )
-from ..engine.telemetry import ReplyStats
+from ..engine.stats import ReplyStats, rate
 
-RATE_WINDOW_S = 1.0  # tokens/s "now" is measured over the last second
+RATE_WINDOW_S = 1.0  # tokens/s "now" is measured over the last second of generation
+MIN_NOW_WINDOW_S = 0.5  # and only once that second holds at least this much of it
 SPARK_POINTS = 40
 
 
@@ -28,19 +35,18 @@ class LiveTelemetry:
 
     speculation: SpeculationState | None = None
     reply: ReplyStats = field(default_factory=ReplyStats)  # counters of the reply in progress (or the last one)
-    chat: ReplyStats = field(default_factory=ReplyStats)  # the same counters over the whole chat
+    chat: ReplyStats = field(default_factory=ReplyStats)  # the same counters over this chat
     spark: deque[float] = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
     n_max: int = 0
     generating: bool = False
     reply_tokens: int = 0
-    reply_tps: float | None = None
+    reply_tps: float | None = None  # decode rate of the last finished reply
     ttft: float | None = None
     context_used: int = 0
     n_ctx: int = 0
-    plain_tps: float | None = None  # plain decoding of the same target, measured
+    plain_tps: float | None = None  # plain decoding of the same target through the same loop, measured
     plain_source: str = ""
     trimmed: int = 0
-    last_finish: str = ""
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=512))
 
     def consume(self, events: Iterable[Event]) -> None:
@@ -56,7 +62,7 @@ class LiveTelemetry:
             self.context_used += 1
         elif isinstance(event, StepVerified):
             for counters in (self.reply, self.chat):
-                counters.record_step(event.drafted, event.accepted, event.ignored)
+                counters.record_step(event.drafted, event.accepted, event.ignored, event.withheld)
             self.n_max = event.n_max
             self.context_used = event.context_used
             if event.drafted:
@@ -76,35 +82,39 @@ class LiveTelemetry:
             self.trimmed += event.dropped_messages
         elif isinstance(event, ReplyFinished):
             self.generating = False
-            self.last_finish = event.finish_reason
             stats = event.stats
             self.reply_tps = stats.decode_tps
             self.ttft = stats.ttft
             self.context_used = stats.context_used
             self.speculation = SpeculationState(stats.method, stats.speculation_active, stats.speculation_reason)
-            if stats.method == "none" and stats.decode_tps:
-                self.set_plain_reference(stats.decode_tps, "a plain reply of this target")
 
-    def set_plain_reference(self, tps: float, source: str) -> None:
-        self.plain_tps, self.plain_source = tps, source
+    def reset_chat(self) -> None:
+        """A new chat, an opened one or another profile: the chat's counters start again."""
+        self.reply, self.chat = ReplyStats(), ReplyStats()
+        self.spark.clear()
+        self.reply_tokens, self.reply_tps, self.ttft, self.trimmed = 0, None, None, 0
+        self._recent.clear()
+
+    def set_plain_reference(self, tps: float | None, source: str) -> None:
+        """The plain-decoding rate "vs plain" compares with, and where it came from; None: not measured."""
+        self.plain_tps, self.plain_source = tps, source if tps else ""
 
     def tps_now(self) -> float | None:
-        """Tokens per second over the last second of generation (None before two tokens)."""
+        """Tokens per second over the last second of generation."""
         if len(self._recent) < 2:
             return None
         horizon = self._recent[-1] - RATE_WINDOW_S
         window = [t for t in self._recent if t >= horizon]
-        if len(window) < 2 or window[-1] <= window[0]:
-            return None
-        return (len(window) - 1) / (window[-1] - window[0])
+        return rate(len(window) - 1, window[-1] - window[0], MIN_NOW_WINDOW_S)
 
     def reply_rate(self) -> float | None:
-        """Decode tokens/s of the current reply so far, or of the last finished one."""
-        if not self.generating or self.ttft is None or self.reply_tokens < 2:
+        """Decode tokens/s of the current reply so far (the first token to the last), or of the last finished one."""
+        if not self.generating:
             return self.reply_tps
-        elapsed = self._recent[-1] - self.ttft
-        return (self.reply_tokens - 1) / elapsed if elapsed > 0 else None
+        if self.ttft is None or not self._recent:
+            return None
+        return rate(self.reply_tokens - 1, self._recent[-1] - self.ttft)
 
     def speedup(self) -> float | None:
-        rate = self.reply_rate()
-        return rate / self.plain_tps if rate and self.plain_tps else None
+        reply, plain = self.reply_rate(), self.plain_tps
+        return reply / plain if reply and plain else None

@@ -12,7 +12,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
 
-from ...engine.events import DraftRejected, TokenEmitted
+from ...chats.records import ReplyRecord
 from .text_lines import TextLines
 
 STYLES = {
@@ -23,7 +23,8 @@ STYLES = {
 }
 GHOST_STYLE = "dim strike"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-FINISH_LABELS = {"cancelled": "⏹ cancelled", "context_full": "context full", "length": "stopped at the token limit"}
+FINISH_LABELS = {"cancelled": "⏹ cancelled", "context_full": "context full", "length": "stopped at the token limit",
+                 "interrupted": "⏸ interrupted: specchat closed while it streamed", "error": "✗ stopped by an error"}
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 # While streaming, a reply keeps blank lines below its text: a line added inside them changes no widget's size, so the
 # frame needs no layout pass (and the chat scrolls only when they run out).
@@ -171,59 +172,53 @@ class UserMessage(Static):
 
 
 class ReplyView(ResizedInPlace, Vertical):
-    """A reply: provenance colours while streaming; after it finishes, optionally rendered Markdown.
+    """A reply record drawn: provenance colours while streaming; after it finishes, optionally rendered Markdown.
 
-    Only the body is mounted with the reply; the thinking box, the Markdown view and the status line are mounted when
-    first needed, since every widget mounted as a reply starts is styled and laid out while the model answers.
+    The view only reads its record (the app adds events to the record, then asks the view to refresh). Only the body
+    is mounted with the reply; the thinking box, the Markdown view and the status line are mounted when first needed,
+    since every widget mounted as a reply starts is styled and laid out while the model answers.
     """
 
-    def __init__(self, *, show_ghosts: bool = False) -> None:
+    def __init__(self, record: ReplyRecord, *, show_ghosts: bool = False, markdown: bool = False) -> None:
         super().__init__(classes="reply")
-        self.segments: list[tuple[str, str]] = []
-        self.tokens: list[int] = []
-        self.ghosts: dict[int, str] = {}
+        self.record = record
         self.show_ghosts = show_ghosts
-        self.markdown = False
-        self.finish_reason: str | None = None
+        self.markdown = markdown and not record.streaming
         self.body = ProvenanceLines(classes="reply-body")
         self.think_text: ProvenanceLines | None = None
         self.think_box: Collapsible | None = None
         self.rendered: Markdown | None = None
         self.status_line: Static | None = None
         self._answer_from: int | None = None  # index of the first answer segment, once the thinking is known
+        self._streamed = record.streaming  # seen streaming: its thinking box folds when it finishes
+        self._ready = False
 
     def compose(self) -> ComposeResult:
         yield self.body
 
     def on_mount(self) -> None:
+        self._ready = True  # Textual's is_mounted turns true only after this handler
         self.refresh_view()
 
     @property
+    def segments(self) -> list[tuple[str, str]]:
+        return self.record.segments
+
+    @property
+    def ghosts(self) -> dict[int, str]:
+        return self.record.ghosts
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.record.tokens
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.record.finish_reason
+
+    @property
     def text(self) -> str:
-        return "".join(piece for piece, _ in self.segments)
-
-    def add(self, events: list[object]) -> None:
-        for event in events:
-            if isinstance(event, TokenEmitted):
-                self.segments.append((event.text, event.kind.value))
-                self.tokens.append(event.token)
-            elif isinstance(event, DraftRejected) and self.segments:
-                # Shown right where it was rejected: after the last accepted token, before the correction.
-                index = len(self.segments) - 1
-                self.ghosts[index] = self.ghosts.get(index, "") + event.text
-        self.refresh_view()
-
-    def load(self, segments: list[tuple[str, str]], ghosts: list[tuple[int, str]], finish_reason: str | None) -> None:
-        self.segments = list(segments)
-        self.ghosts = dict(ghosts)
-        self._answer_from = None
-        self.finish(finish_reason)
-
-    def finish(self, finish_reason: str | None) -> None:
-        self.finish_reason = finish_reason
-        if self.think_box is not None:
-            self.think_box.collapsed = True
-        self.refresh_view()
+        return self.record.text
 
     def set_ghosts(self, show: bool) -> None:
         self.show_ghosts = show
@@ -243,10 +238,13 @@ class ReplyView(ResizedInPlace, Vertical):
         return first
 
     def refresh_view(self) -> None:
-        if not self.is_mounted:
+        if not self._ready:
             return
         first = self._answer_start()
         streaming = self.finish_reason is None
+        if not streaming and self.think_box is not None and self._streamed:
+            self.think_box.collapsed = True  # the thinking folds away once the answer is complete
+        self._streamed = streaming
         if first and self.think_box is None:
             self.think_text = ProvenanceLines(classes="think-text")
             self.think_box = Collapsible(self.think_text, title="thinking", collapsed=not streaming, classes="think")

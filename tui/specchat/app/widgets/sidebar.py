@@ -37,6 +37,10 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.0%}"
 
 
+def _num(value: float | None, pattern: str) -> str:
+    return "–" if value is None else format(value, pattern)
+
+
 def _mb(value: int | None) -> str:
     return "–" if value is None else f"{value / 1e6:,.0f} MB"
 
@@ -84,7 +88,7 @@ class Sidebar(TextLines, ScrollView):
         spec = t.speculation
         head = Text()
         head.append(f"{profile.name}\n", style="bold")
-        head.append(f"method {profile.method}" + (f" · n_max {t.n_max}" if t.n_max else "") + "\n")
+        head.append(f"method {profile.method}" + (f" · draft length {t.n_max}" if t.n_max else "") + "\n")
         if profile.status:
             head.append(profile.status + "\n", style="italic")
         if spec is None:
@@ -95,16 +99,17 @@ class Sidebar(TextLines, ScrollView):
             head.append(" INACTIVE ", style="bold black on #ffaf00")
             head.append(f"\n{spec.reason}", style="dim")
 
-        mean = t.reply.mean_acceptance_length or t.chat.mean_acceptance_length
         acceptance = _grid([
             ("acceptance", f"reply {_pct(t.reply.acceptance_rate)} · chat {_pct(t.chat.acceptance_rate)}"),
-            ("mean length", "–" if mean is None else f"{mean:.2f} tokens/step"),
+            ("mean length", f"reply {_num(t.reply.mean_acceptance_length, '.2f')}"
+                            f" · chat {_num(t.chat.mean_acceptance_length, '.2f')}"),
         ])
+        acceptance.append("\ntokens per drafting step", style="dim")
         acceptance.append("\nper step, latest right\n", style="dim")
         acceptance.append_text(_spark(list(t.spark)[-CONTENT_WIDTH:]))
 
-        rates = t.reply.position_rates or t.chat.position_rates
-        positions = Text("per position" + ("\n" if rates else " –"), style="dim")
+        rates = t.reply.position_rates
+        positions = Text("per position, this reply" + ("\n" if rates else " –"), style="dim")
         for i, rate in enumerate(rates[:8]):
             positions.append(f" {i + 1} ")
             positions.append(_bar(rate or 0.0), style="green")
@@ -112,12 +117,12 @@ class Sidebar(TextLines, ScrollView):
 
         now, reply = t.tps_now(), t.reply_rate()
         speed: list[tuple[str, str | Text]] = [
-            ("tok/s", f"now {'–' if now is None else f'{now:.0f}'} · reply {'–' if reply is None else f'{reply:.0f}'}"),
+            ("tok/s", f"now {_num(now, '.0f')} · reply {_num(reply, '.0f')}"),
             ("TTFT", "–" if t.ttft is None else f"{t.ttft * 1000:.0f} ms"),
         ]
         speedup = t.speedup()
         if speedup is None:
-            speed.append(("vs plain", "–" if t.plain_tps is None else f"plain {t.plain_tps:.0f} tok/s"))
+            speed.append(("vs plain", "–" if t.plain_tps is None else f"– (plain {t.plain_tps:.0f} tok/s)"))
         else:
             value = Text(f"{speedup:.2f}×", style="bold green" if speedup >= 1 else "bold #ffaf00")
             value.append(f" of {t.plain_tps:.0f} tok/s", style="dim")
@@ -126,10 +131,11 @@ class Sidebar(TextLines, ScrollView):
                 speed.append(("", Text("⚠ slower than plain", style="#ffaf00")))
 
         r = t.reply
-        columns = {"drafted": r.drafted, "accepted": r.accepted, "rejected": r.drafted - r.accepted, "ignored": r.ignored}
-        # One line of numbers under one of names: while streaming, one line changes per frame instead of four.
+        columns = {"drafted": r.drafted, "accepted": r.accepted, "rejected": r.rejected}
+        # One line of numbers under one of names: while streaming, one line changes per frame instead of three.
         counts = Text(" ".join(columns), style="dim")
         counts.append("\n" + " ".join(f"{value:>{len(name)}}" for name, value in columns.items()))
+        counts.append(f"\nwithheld: n_min {r.ignored} · p_min {r.withheld}", style="dim")
 
         mem = Text("memory\n", style="dim")
         if memory is None:
@@ -153,8 +159,8 @@ class Sidebar(TextLines, ScrollView):
         else:
             ctx.append("–")
         speed_text = _grid(speed)
-        if speedup is not None:  # under the grid, so a long source wraps at the sidebar's edge, not into a column
-            speed_text.append(f"\n({t.plain_source})", style="dim")
+        if t.plain_source:  # under the grid, so a long source wraps at the sidebar's edge, not into a column
+            speed_text.append(f"\nplain: {t.plain_source}", style="dim")
         self._sections = [head, acceptance, positions, speed_text, counts, mem, ctx]
         self._lay_out()
 

@@ -1,27 +1,26 @@
 """Conversations in SQLite, with each reply's token provenance, so an old reply re-renders coloured.
 
-The schema is versioned with ``PRAGMA user_version`` and migrated forward on open. Every write is one transaction,
-and a reply is written once it is finished: killing the app loses at most the reply in progress.
+The schema is versioned with ``PRAGMA user_version`` and migrated forward on open. The database runs in WAL mode with
+a busy timeout, so a second specchat on the same file waits instead of failing. Every write is one transaction; a
+reply is rewritten as it streams (see ``session``), so killing the app loses at most the last second of it. The
+folder and the files are readable by their owner only, like a shell's history.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import platformdirs
-
-from .errors import SpecchatError
+from ..errors import SpecchatError
 
 Segment = tuple[str, str]  # (text, kind) where kind is a TokenKind value
-
-
-def default_path() -> Path:
-    return Path(platformdirs.user_data_dir("specchat")) / "chats.sqlite3"
+BUSY_TIMEOUT_S = 5.0
+DIR_MODE, FILE_MODE = 0o700, 0o600
 
 
 def _v1(db: sqlite3.Connection) -> None:
@@ -44,7 +43,7 @@ def _v1(db: sqlite3.Connection) -> None:
             tokens TEXT,          -- JSON list of token ids (assistant replies)
             segments TEXT,        -- JSON list of [text, kind], one per emitted token
             ghosts TEXT,          -- JSON list of [segment index, rejected draft text]
-            finish_reason TEXT,
+            finish_reason TEXT,   -- NULL while the reply streams (or if the app died meanwhile)
             telemetry TEXT,       -- JSON summary of the reply
             created REAL NOT NULL,
             UNIQUE (conversation_id, position)
@@ -54,7 +53,12 @@ def _v1(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1]
+def _v2(db: sqlite3.Connection) -> None:
+    # Which model generated a reply's token ids: they are fed back only to that model (v1 went by profile name).
+    db.execute("ALTER TABLE messages ADD COLUMN target_id TEXT")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -71,6 +75,7 @@ class StoredMessage:
     ghosts: list[tuple[int, str]] = field(default_factory=list)
     finish_reason: str | None = None
     telemetry: dict | None = None
+    target_id: str | None = None
 
 
 @dataclass
@@ -83,15 +88,31 @@ class Conversation:
     updated: float
 
 
+def private(path: Path, mode: int) -> None:
+    """Make ``path`` readable by its owner only (a shared machine's other users must not read someone's chats)."""
+    try:
+        if path.exists() and path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
+    except OSError:
+        pass  # not ours to change (e.g. a read-only mount): the open that follows says what is wrong, if anything
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(path, isolation_level=None)
-            self.db.execute("PRAGMA foreign_keys = ON")
-            self.db.execute("PRAGMA journal_mode = WAL")
-            self._migrate()
+            path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+            private(path.parent, DIR_MODE)
+            old_umask = os.umask(0o077)  # the database and its WAL files are created for their owner only
+            try:
+                self.db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+                self.db.execute("PRAGMA foreign_keys = ON")
+                self.db.execute("PRAGMA journal_mode = WAL")
+                self._migrate()
+            finally:
+                os.umask(old_umask)
+            for suffix in ("", "-wal", "-shm"):
+                private(Path(f"{path}{suffix}"), FILE_MODE)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(
                 f"cannot use the chat database {path} ({exc}) — chatting in memory, nothing is saved;"
@@ -107,7 +128,7 @@ class Store:
                 MIGRATIONS[number](self.db)
                 self.db.execute(f"PRAGMA user_version = {number + 1}")
 
-    def _transaction(self) -> sqlite3.Connection:
+    def _transaction(self) -> _Transaction:
         return _Transaction(self.db)
 
     def close(self) -> None:
@@ -138,13 +159,14 @@ class Store:
             raise StoreError(f"conversation {conversation_id} does not exist")
         return Conversation(*row)
 
+    def update(self, conversation_id: int, *, title: str, profile: str, system_prompt: str | None) -> None:
+        with self._transaction():
+            self.db.execute("UPDATE conversations SET title = ?, profile = ?, system_prompt = ?, updated = ? WHERE id = ?",
+                            (title, profile, system_prompt, time.time(), conversation_id))
+
     def rename(self, conversation_id: int, title: str) -> None:
         with self._transaction():
             self.db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
-
-    def set_system_prompt(self, conversation_id: int, system_prompt: str | None) -> None:
-        with self._transaction():
-            self.db.execute("UPDATE conversations SET system_prompt = ? WHERE id = ?", (system_prompt, conversation_id))
 
     def delete(self, conversation_id: int) -> None:
         with self._transaction():
@@ -152,30 +174,33 @@ class Store:
 
     # -- messages ----------------------------------------------------------------------------------------------------
 
-    def append(self, conversation_id: int, message: StoredMessage) -> None:
-        with self._transaction():
-            (position,) = self.db.execute(
-                "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
-            ).fetchone()
-            self.db.execute(
-                "INSERT INTO messages (conversation_id, position, role, content, tokens, segments, ghosts,"
-                " finish_reason, telemetry, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    conversation_id, position, message.role, message.content,
-                    _json(message.tokens), _json(message.segments), _json(message.ghosts or None),
-                    message.finish_reason, _json(message.telemetry), time.time(),
-                ),
-            )
-            self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
+    def replace_tail(self, conversation_id: int, start: int, messages: Sequence[StoredMessage]) -> None:
+        """Make the messages from position ``start`` on exactly ``messages``, in one transaction.
 
-    def truncate(self, conversation_id: int, keep: int) -> None:
-        """Drop every message from position ``keep`` on (regenerating a reply replaces it)."""
+        Writing a chat this way is idempotent: a write that failed (a full disk, a locked file) is simply repeated,
+        with whatever changed since, once the database accepts writes again.
+        """
+        now = time.time()
         with self._transaction():
-            self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, keep))
+            self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, start))
+            self.db.executemany(
+                "INSERT INTO messages (conversation_id, position, role, content, tokens, segments, ghosts,"
+                " finish_reason, telemetry, target_id, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(conversation_id, start + i, m.role, m.content, _json(m.tokens), _json(m.segments),
+                  _json(m.ghosts or None), m.finish_reason, _json(m.telemetry), m.target_id, now)
+                 for i, m in enumerate(messages)],
+            )
+            self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+
+    def append(self, conversation_id: int, message: StoredMessage) -> None:
+        (position,) = self.db.execute(
+            "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        self.replace_tail(conversation_id, position, [message])
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         rows = self.db.execute(
-            "SELECT role, content, tokens, segments, ghosts, finish_reason, telemetry FROM messages"
+            "SELECT role, content, tokens, segments, ghosts, finish_reason, telemetry, target_id FROM messages"
             " WHERE conversation_id = ? ORDER BY position",
             (conversation_id,),
         ).fetchall()
@@ -184,9 +209,9 @@ class Store:
                 role, content, _load(tokens),
                 [tuple(s) for s in _load(segments)] if segments else None,
                 [tuple(g) for g in _load(ghosts)] if ghosts else [],
-                finish_reason, _load(telemetry),
+                finish_reason, _load(telemetry), target_id,
             )
-            for role, content, tokens, segments, ghosts, finish_reason, telemetry in rows
+            for role, content, tokens, segments, ghosts, finish_reason, telemetry, target_id in rows
         ]
 
 
@@ -201,7 +226,20 @@ class _Transaction:
         return self.db
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type is None:
+            try:
+                self.db.execute("COMMIT")
+                return
+            except sqlite3.Error:
+                self._rollback()  # a COMMIT that failed (a full disk) leaves the transaction open otherwise
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # nothing left to roll back
 
 
 def _json(value: object) -> str | None:

@@ -1,0 +1,120 @@
+"""``n_max = "auto"`` on its own, with synthetic verify costs and acceptance: when it drafts, how long, and when not."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from specchat.engine.auto import AutoDraftLength, VerifyCost, expected_tokens
+from specchat.engine.costs import CostCache
+
+# Verify cost of a batch of b tokens, in units of one plain step, shaped like the measured CPU curve here
+# (llama-bench pp1..pp32 on SmolLM2-135M, 2 threads): each token costs more than half a plain step up to b = 4.
+CPU = VerifyCost((1, 2, 4, 8, 16, 32, 64), (1.0, 1.8, 2.7, 4.05, 7.5, 14.7, 29.0))
+LINEAR = VerifyCost((1, 64), (1.0, 64.0))
+FLAT = VerifyCost((1, 64), (1.0, 1.3))
+
+
+def simulate(policy: AutoDraftLength, acceptance: float, steps: int, rng: np.random.Generator) -> tuple[int, int, list[int]]:
+    """Run ``steps`` steps whose draft tokens are each accepted with probability ``acceptance`` (given the earlier ones
+    were). Returns (on/off switches, drafting steps, the draft lengths used)."""
+    switches = drafting = 0
+    lengths = []
+    for _ in range(steps):
+        k = policy.plan()
+        accepted = 0
+        while accepted < k and rng.random() < acceptance:
+            accepted += 1
+        switches += policy.observe(k, accepted)
+        drafting += k > 0
+        lengths.append(k)
+    return switches, drafting, lengths
+
+
+def test_expected_tokens_formula():
+    assert expected_tokens(0.0, 4) == 1
+    assert expected_tokens(1.0, 4) == 5
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_picks_no_draft_when_verifying_costs_as_much_as_decoding():
+    policy = AutoDraftLength(LINEAR, draft_cost=0.0, k_max=16, prior=(99, 1))  # even at 99 % acceptance
+    assert policy.plan() == 0 and not policy.active
+    assert "even a perfect draft" in policy.reason
+
+
+def test_picks_long_drafts_when_verifying_is_cheap_and_acceptance_high():
+    policy = AutoDraftLength(FLAT, draft_cost=0.0, k_max=64, prior=(98, 2))
+    assert policy.plan() >= 32 and policy.active
+    cautious = AutoDraftLength(FLAT, draft_cost=0.0, k_max=64, prior=(6, 4))
+    assert 0 < cautious.plan() < 16
+
+
+def test_a_draft_that_costs_as_much_as_the_target_is_never_tried():
+    policy = AutoDraftLength(CPU, draft_cost=0.8, k_max=16)
+    switches, drafting, _ = simulate(policy, 1.0, 500, np.random.default_rng(0))
+    assert drafting == 0 and not policy.active
+    assert "even a perfect draft" in policy.reason
+
+
+def test_switches_off_when_losing_and_back_on_when_a_probe_wins():
+    rng = np.random.default_rng(1)
+    policy = AutoDraftLength(CPU, draft_cost=0.0, k_max=32)
+    simulate(policy, 0.2, 300, rng)
+    assert not policy.active and "expected" in policy.reason
+    _, drafting, _ = simulate(policy, 0.2, 1000, rng)
+    assert drafting < 60, "while off, only occasional probes draft"
+    simulate(policy, 0.97, 400, rng)
+    assert policy.active
+    _, drafting, lengths = simulate(policy, 0.97, 200, rng)
+    assert drafting > 190 and np.median(lengths) >= 8
+
+
+def test_probe_interval_grows_only_while_probes_lose():
+    rng = np.random.default_rng(2)
+    policy = AutoDraftLength(CPU, draft_cost=0.0, k_max=32)  # off at first: 50 % acceptance cannot win here
+    assert not policy.active
+    first = policy.probe_every
+    simulate(policy, 0.1, 120, rng)
+    assert not policy.active and policy.probe_every >= 4 * first  # lost probes back off
+    simulate(policy, 0.98, 2000, rng)
+    assert policy.active and policy.probe_every == first  # a won probe resets the interval
+
+
+def test_no_flapping_at_parity():
+    # Acceptance at which the best draft length is expected to run exactly as fast as plain decoding.
+    parity = next(a for a in np.linspace(0.3, 0.99, 500) if AutoDraftLength.best(a, CPU, 0.0, 32)[1] >= 1.0)
+    for seed in range(3):
+        policy = AutoDraftLength(CPU, draft_cost=0.0, k_max=32)
+        switches, _, _ = simulate(policy, float(parity), 3000, np.random.default_rng(seed))
+        assert switches <= 4, f"{switches} switches in 3000 steps at parity"
+
+
+def test_cost_cache_is_remeasured_when_corrupt_stale_or_for_another_key(tmp_path):
+    path = tmp_path / "costs.json"
+    calls = []
+
+    def measure() -> VerifyCost:
+        calls.append(1)
+        return VerifyCost((1, 2), (0.01, 0.015))
+
+    cache = CostCache(path, max_age_s=3600)
+    assert cache.get("model-a", measure) == VerifyCost((1, 2), (0.01, 0.015)) and len(calls) == 1
+    assert cache.get("model-a", measure) and len(calls) == 1  # fresh: trusted
+    cache.get("model-b", measure)
+    assert len(calls) == 2  # another model, threads or backend: measured
+    path.write_text("{not json")
+    assert cache.get("model-a", measure) and len(calls) == 3  # corrupt: measured again, never trusted
+    data = json.loads(path.read_text())
+    data["model-a"]["measured"] = time.time() - 7200
+    path.write_text(json.dumps(data))
+    cache.get("model-a", measure)
+    assert len(calls) == 4  # stale
+    data = json.loads(path.read_text())
+    data["model-a"]["seconds"] = [0.01, -5]
+    path.write_text(json.dumps(data))
+    cache.get("model-a", measure)
+    assert len(calls) == 5  # impossible figures: measured again

@@ -1,0 +1,169 @@
+"""The chat a front end shows, owned in one place: its turns, saved to the store as they change.
+
+Views draw from these records, the engine is restored from them and A/B compares with them; nothing is read back
+from a widget or from the database. Saving is incremental and idempotent (``Store.replace_tail``): a streaming reply
+is rewritten at most once a second, a write that fails (a full disk, a read-only folder) is repeated with the next
+change, and the chat goes on in memory meanwhile.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+
+from ..engine.conversation import Message
+from .records import INTERRUPTED, ReplyRecord, Turn, UserTurn
+from .store import Store, StoredMessage, StoreError
+
+SAVE_EVERY_S = 1.0  # a streaming reply is written at most this often: a crash loses at most this much of it
+TITLE_CHARS = 48
+
+Problem = Callable[[str, bool], None]  # (one line, whether it is an error) → shown to the user
+
+
+class ChatSession:
+    def __init__(self, store: Store | None, profile: str, system_prompt: str | None, on_problem: Problem) -> None:
+        self.store, self.on_problem = store, on_problem
+        self.id: int | None = None
+        self.title = ""
+        self.profile = profile
+        self.system_prompt = system_prompt
+        self.turns: list[Turn] = []
+        self._saved = 0  # turns[:_saved] are stored as they are now
+        self._meta_saved = True
+        self._last_save = 0.0
+        self._failing = False
+
+    # -- what the engine and the views read ----------------------------------------------------------------------
+
+    def engine_messages(self, target_id: str, upto: int | None = None) -> list[Message]:
+        return engine_messages(self.turns[:upto], self.system_prompt, target_id)
+
+    @property
+    def last_reply(self) -> ReplyRecord | None:
+        return self.turns[-1] if self.turns and isinstance(self.turns[-1], ReplyRecord) else None
+
+    def last_exchange(self) -> tuple[int, str] | None:
+        """Where the last user message is, and its text."""
+        for i in range(len(self.turns) - 1, -1, -1):
+            turn = self.turns[i]
+            if isinstance(turn, UserTurn):
+                return i, turn.text
+        return None
+
+    # -- changes -------------------------------------------------------------------------------------------------
+
+    def add_user(self, text: str) -> UserTurn:
+        if not self.turns and not self.title:
+            self.title = " ".join(text.split())[:TITLE_CHARS]
+            self._meta_saved = False
+        turn = UserTurn(text)
+        self.turns.append(turn)
+        self.save()
+        return turn
+
+    def add_reply(self, target_id: str) -> ReplyRecord:
+        record = ReplyRecord(target_id=target_id)
+        self.turns.append(record)
+        return record
+
+    def reply_changed(self, record: ReplyRecord) -> None:
+        """A reply got new events: save it when it finished, or when the last save is a second old."""
+        if not record.streaming or time.monotonic() - self._last_save >= SAVE_EVERY_S:
+            self.save()
+
+    def drop_from(self, index: int) -> None:
+        del self.turns[index:]
+        self._saved = min(self._saved, index)
+        self.save()
+
+    def interrupt(self) -> None:
+        """The front end is closing while a reply streams: keep what arrived, marked as interrupted."""
+        record = self.last_reply
+        if record is not None and record.streaming:
+            record.finish_reason = INTERRUPTED
+        self.save()
+
+    def set_system_prompt(self, text: str | None) -> None:
+        self.system_prompt = text
+        self._meta_saved = False
+        self.save()
+
+    def set_profile(self, profile: str) -> None:
+        if profile != self.profile:
+            self.profile = profile
+            self._meta_saved = False
+
+    def new(self, system_prompt: str | None) -> None:
+        self.interrupt()
+        self.id, self.title, self.system_prompt, self.turns = None, "", system_prompt, []
+        self._saved, self._meta_saved = 0, True
+
+    def open(self, conversation_id: int) -> None:
+        """Load a stored chat (a reply stored while streaming is shown as interrupted)."""
+        assert self.store is not None
+        conversation = self.store.get(conversation_id)
+        stored = self.store.messages(conversation_id)
+        self.interrupt()
+        self.id, self.title, self.profile = conversation.id, conversation.title, conversation.profile
+        self.system_prompt = conversation.system_prompt
+        self.turns = [_turn(m) for m in stored]
+        self._saved, self._meta_saved = len(self.turns), True
+
+    # -- saving ----------------------------------------------------------------------------------------------------
+
+    def save(self) -> None:
+        if self.store is None or (self.id is None and not self.turns):
+            return
+        self._last_save = time.monotonic()
+        try:
+            if self.id is None:
+                self.id = self.store.create(self.title, self.profile, self.system_prompt)
+                self._meta_saved = True
+            elif not self._meta_saved:
+                self.store.update(self.id, title=self.title, profile=self.profile, system_prompt=self.system_prompt)
+                self._meta_saved = True
+            start = self._saved
+            self.store.replace_tail(self.id, start, [_stored(t) for t in self.turns[start:]])
+            streaming = self.last_reply is not None and self.last_reply.streaming
+            self._saved = len(self.turns) - streaming
+        except (sqlite3.Error, StoreError, OSError) as exc:
+            if not self._failing:
+                self._failing = True
+                self.on_problem(f"cannot save to {self.store.path} ({exc}) — the chat goes on in memory, and"
+                                " saving resumes by itself once the database accepts writes", True)
+            return
+        if self._failing:
+            self._failing = False
+            self.on_problem(f"saving to {self.store.path} works again — nothing of this chat was lost", False)
+
+
+def engine_messages(turns: list[Turn], system_prompt: str | None, target_id: str) -> list[Message]:
+    """The conversation for the engine; generated token ids only for the model that generated them."""
+    messages = [Message("system", system_prompt)] if system_prompt else []
+    for turn in turns:
+        if isinstance(turn, UserTurn):
+            messages.append(Message(turn.role, turn.text))
+        else:
+            same_model = bool(turn.target_id) and turn.target_id == target_id
+            messages.append(Message("assistant", turn.text, list(turn.tokens) if same_model else None,
+                                    turn.finish_reason))
+    return messages
+
+
+def _stored(turn: Turn) -> StoredMessage:
+    if isinstance(turn, UserTurn):
+        return StoredMessage("user", turn.text)
+    return StoredMessage("assistant", turn.text, list(turn.tokens), list(turn.segments), sorted(turn.ghosts.items()),
+                         turn.finish_reason, turn.stats, turn.target_id or None)
+
+
+def _turn(message: StoredMessage) -> Turn:
+    if message.role != "assistant":
+        return UserTurn(message.content, message.role)
+    return ReplyRecord(
+        segments=list(message.segments) if message.segments else [(message.content, "target")],
+        tokens=list(message.tokens or []), ghosts=dict(message.ghosts), finish_reason=message.finish_reason or INTERRUPTED,
+        stats=message.telemetry, target_id=message.target_id or "",
+    )

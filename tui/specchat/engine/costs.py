@@ -1,0 +1,90 @@
+"""What the target's verify batches cost, measured once per model, threads and backend, and kept in the user cache.
+
+A sweep decodes dummy batches of growing size at the end of the cache and removes them again (under a second on the
+bundled model). The cache is a JSON file; an entry that is unreadable, impossible or older than ``MAX_AGE_S`` is
+measured again, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from time import perf_counter
+
+from .auto import VerifyCost
+from .llama import Context
+
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+REPEATS_SMALL = 3  # batches up to this size are cheap: take the fastest of a few, the machine is noisy
+SMALL = 4
+MAX_AGE_S = 7 * 24 * 3600
+
+
+def measure_verify_cost(ctx: Context, token: int, sizes: tuple[int, ...] = SIZES) -> VerifyCost:
+    """Seconds of a verify batch of each size (logits on every row), measured at the end of the cache and undone."""
+    keep = len(ctx.cached)
+    sizes = tuple(b for b in sizes if keep + b <= ctx.n_ctx and b <= ctx.n_batch) or (1,)
+    ctx.decode([token], all_logits=True)  # the first decode after a load runs on cold caches
+    ctx.truncate(keep)
+    seconds = []
+    for b in sizes:
+        best = math.inf
+        for _ in range(REPEATS_SMALL if b <= SMALL else 1):
+            start = perf_counter()
+            ctx.decode([token] * b, all_logits=True)
+            ctx.logits()
+            best = min(best, perf_counter() - start)
+            ctx.truncate(keep)
+        seconds.append(best)
+    # A larger batch never costs less than a smaller one; timer noise can say otherwise at the smallest sizes.
+    for i in range(1, len(seconds)):
+        seconds[i] = max(seconds[i], seconds[i - 1])
+    return VerifyCost(sizes, tuple(seconds))
+
+
+class CostCache:
+    def __init__(self, path: Path, max_age_s: float = MAX_AGE_S) -> None:
+        self.path, self.max_age_s = path, max_age_s
+
+    def get(self, key: str, measure: Callable[[], VerifyCost]) -> VerifyCost:
+        entries = self._read()
+        cost = self._valid(entries.get(key))
+        if cost is not None:
+            return cost
+        cost = measure()
+        entries[key] = {"sizes": list(cost.sizes), "seconds": list(cost.seconds), "measured": time.time()}
+        self._write(entries)
+        return cost
+
+    def _read(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _valid(self, entry: object) -> VerifyCost | None:
+        if not isinstance(entry, dict):
+            return None
+        sizes, seconds, measured = entry.get("sizes"), entry.get("seconds"), entry.get("measured")
+        try:
+            fresh = 0 <= time.time() - float(measured) <= self.max_age_s
+            sane = (len(sizes) == len(seconds) > 0 and all(isinstance(b, int) and b > 0 for b in sizes)
+                    and list(sizes) == sorted(set(sizes))
+                    and all(isinstance(s, float) and 0 < s < 60 and math.isfinite(s) for s in seconds))
+        except (TypeError, ValueError):
+            return None
+        return VerifyCost(tuple(sizes), tuple(seconds)) if fresh and sane else None
+
+    def _write(self, entries: dict) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entries, indent=1))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # an unwritable cache only means measuring again next time

@@ -1,0 +1,88 @@
+"""Loading a target and a draft, and what a configuration change forces to reload.
+
+A target's weights and KV cache depend on its file, GPU layers and context size; a draft's weights on its file and GPU
+layers. Anything else (threads, method, draft length, sampling) changes without a reload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import IncompatibleDraftError
+from .chat_template import ChatTemplate
+from .compat import check_pair
+from .config import EngineConfig, ModelSpec
+from .drafters import ModelDrafter
+from .llama import Context, Model, check_gguf_file
+
+
+def target_identity(config: EngineConfig) -> tuple[object, ...]:
+    return (config.target.path, config.target.n_gpu_layers, config.n_ctx, config.chat_template)
+
+
+def draft_identity(spec: ModelSpec) -> tuple[object, ...]:
+    return (spec.path, spec.n_gpu_layers)
+
+
+def check_draft_compatible(target: Path, draft: Path) -> None:
+    problems = check_pair(target, draft)
+    if problems:
+        raise IncompatibleDraftError(
+            f"draft {draft.name} cannot speculate for target {target.name}: {problems[0]}"
+            " — pick a draft of the same model family (see: specchat profiles drafts)"
+        )
+
+
+@dataclass
+class LoadedTarget:
+    model: Model
+    ctx: Context
+    template: ChatTemplate
+
+    @classmethod
+    def open(cls, config: EngineConfig) -> LoadedTarget:
+        model = Model(config.target.path, role="target", n_gpu_layers=config.target.n_gpu_layers)
+        try:
+            ctx = Context(model, n_ctx=config.n_ctx, threads=config.target.threads)
+            template = ChatTemplate.choose(
+                model.chat_template(), config.chat_template, model.path.name,
+                bos_token=model.raw_piece(model.bos, special=True).decode("utf-8", "replace"),
+                eos_token=model.raw_piece(model.eos, special=True).decode("utf-8", "replace"),
+            )
+        except BaseException:
+            model.close()
+            raise
+        return cls(model, ctx, template)
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
+@dataclass
+class LoadedDraft:
+    model: Model
+    ctx: Context
+    drafter: ModelDrafter
+    identity: tuple[object, ...]  # see draft_identity
+    threads: int
+
+    @classmethod
+    def open(cls, config: EngineConfig) -> LoadedDraft:
+        spec = config.draft
+        assert spec is not None  # EngineConfig guarantees it for method "draft"
+        check_gguf_file(spec.path, "draft")
+        # Judge the pair from the vocabularies first: an incompatible draft is refused before its weights load.
+        check_draft_compatible(config.target.path, spec.path)
+        model = Model(spec.path, role="draft", n_gpu_layers=spec.n_gpu_layers)
+        try:
+            ctx = Context(model, n_ctx=config.n_ctx, threads=spec.threads)
+        except BaseException:
+            model.close()
+            raise
+        return cls(model, ctx, ModelDrafter(ctx, model.n_vocab), draft_identity(spec), spec.threads)
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()

@@ -1,0 +1,41 @@
+"""Every folder and file specchat keeps for a user, in one place (XDG locations through platformdirs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+
+APP = "specchat"
+
+
+def config_dir() -> Path:
+    return Path(platformdirs.user_config_dir(APP))
+
+
+def data_dir() -> Path:
+    return Path(platformdirs.user_data_dir(APP))
+
+
+def cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir(APP))
+
+
+def user_profiles_dir() -> Path:
+    return config_dir() / "profiles"
+
+
+def keymap_file() -> Path:
+    return config_dir() / "keymap.toml"
+
+
+def chats_db() -> Path:
+    return data_dir() / "chats.sqlite3"
+
+
+def exports_dir() -> Path:
+    return data_dir() / "exports"
+
+
+def verify_costs_file() -> Path:
+    return cache_dir() / "verify-costs.json"
