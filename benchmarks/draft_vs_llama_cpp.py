@@ -14,7 +14,7 @@ import re
 import statistics
 import subprocess
 
-from specchat import embedded
+from specchat.profiles import embedded
 from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.events import ReplyFinished

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from specchat import embedded
+from specchat.profiles import embedded
 from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.events import ReplyFinished

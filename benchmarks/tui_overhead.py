@@ -55,7 +55,7 @@ async def with_app(profile: str, tokens: int, tmp: Path) -> float:
         await pilot.pause(0.1)
         while app.busy:
             await pilot.pause(0.05)
-        if app.engine is None:
+        if app.backend is None:
             raise SystemExit(f"the app could not load profile {profile}: {[str(n.message) for n in app._notifications]}")
         app.query_one(PromptInput).load_text(PROMPT)
         await pilot.press("enter")

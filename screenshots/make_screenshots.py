@@ -43,7 +43,7 @@ async def main() -> None:
                             exports=Path(tmp) / "exports", max_tokens=160)
         app = make_app(settings)
         async with app.run_test(size=(130, 40)) as pilot:
-            await until(pilot, lambda: app.engine is not None and app.busy is None)
+            await until(pilot, lambda: app.backend is not None and app.busy is None)
             save(app, "empty")
             app.query_one(PromptInput).load_text(PROMPT)
             await pilot.press("enter")

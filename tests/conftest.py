@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat import embedded
+from specchat.profiles import embedded
 from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.events import (

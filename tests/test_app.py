@@ -51,7 +51,7 @@ async def wait_until(pilot, condition, timeout: float = 60.0) -> None:
 
 async def ready(pilot) -> SpecchatApp:
     app = pilot.app
-    await wait_until(pilot, lambda: app.engine is not None and app.busy is None)
+    await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
     return app
 
 
@@ -90,7 +90,7 @@ async def test_reply_streams_in_colour_with_live_telemetry(settings):
         view = await ask(pilot, "List three fruits.")
         kinds = {kind for _, kind in view.segments}
         assert {"accepted", "corrected"} <= kinds  # the Q2_K self-draft is right about half the time
-        assert view.text == app.engine.messages[-1].content
+        assert view.text == app.backend.engine.messages[-1].content
         t = app.telemetry
         assert t.reply.drafted > 0 and 0 < t.reply.accepted < t.reply.drafted
         assert t.plain_tps and t.ttft is not None and t.n_ctx == 4096
@@ -112,7 +112,7 @@ async def test_escape_cancels_and_keeps_the_partial_reply(settings):
         view = app._last_reply
         assert view.finish_reason == "cancelled" and 8 <= len(view.segments) < 400
         assert "cancelled" in plain_text(view.status_line)
-        assert app.engine.messages[-1].finish_reason == "cancelled"
+        assert app.backend.engine.messages[-1].finish_reason == "cancelled"
         stored = Store(settings.db_path).messages(app.conversation.id)
         assert stored[-1].finish_reason == "cancelled" and stored[-1].content == view.text
         follow = await ask(pilot, "Shorter, please.")  # the chat goes on from the kept partial reply
@@ -127,7 +127,7 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         await ask(pilot, "Name a colour.")
-        target, cache = app.engine.target, list(app.engine.ctx.cached)
+        target, cache = app.backend.engine.target, list(app.backend.engine.ctx.cached)
 
         # Parameter-only: the ngram preset keeps the same target and context size.
         await pilot.press("f2")
@@ -136,8 +136,8 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
         profiles.highlighted = next(i for i in range(profiles.option_count) if profiles.get_option_at_index(i).id == "profile:ngram")
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
-        assert app.engine.config.spec.method == "ngram" and app.engine.target is target
-        assert app.engine.ctx.cached[: len(cache)] == cache  # the target kept its KV cache
+        assert app.backend.engine.config.spec.method == "ngram" and app.backend.engine.target is target
+        assert app.backend.engine.ctx.cached[: len(cache)] == cache  # the target kept its KV cache
         second = await ask(pilot, "And another one?")
         assert second.finish_reason
 
@@ -148,14 +148,14 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
         drafts.focus()
         drafts.highlighted = index
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.busy is None and app.engine.draft_model is not None)
-        assert app.engine.draft_model.path.name == "another-draft.gguf" and app.engine.target is target
+        await wait_until(pilot, lambda: app.busy is None and app.backend.engine.draft_model is not None)
+        assert app.backend.engine.draft_model.path.name == "another-draft.gguf" and app.backend.engine.target is target
         assert any("draft reloaded" in str(n.message) for n in app._notifications)
 
         # A profile whose models are missing: one message, the previous profile stays.
         app.start_load("qwen3-8b-1.7b")
         await wait_until(pilot, lambda: app.busy is None)
-        assert app.engine.target is target and app.profile.name == "ngram"
+        assert app.backend.engine.target is target and app.profile.name == "ngram"
         assert any("not found" in str(n.message) for n in app._notifications)
         assert (await ask(pilot, "Still working?")).finish_reason
 
@@ -169,13 +169,14 @@ async def test_restart_finds_the_chat_with_its_colours_and_exports(settings):
         app = await ready(pilot)
         views = list(app.query(ReplyView))
         assert len(views) == 1 and views[0].segments == segments
-        assert app.engine.messages[-1].tokens == tokens  # the engine resumed with the generated tokens
+        await ask(pilot, "And one more?")
+        assert app.backend.engine.messages[-3].tokens == tokens  # the engine went on from the generated tokens
         await pilot.press("ctrl+e")
         await pilot.pause(0.2)
         exported = sorted(settings.exports.iterdir())
         assert [p.suffix for p in exported] == [".json", ".md"]
         data = json.loads(exported[0].read_text())
-        reply = data["messages"][-1]
+        reply = data["messages"][1]
         assert [tuple(s) for s in reply["segments"]] == segments and reply["telemetry"]["drafted"] > 0
         assert "Name two planets." in exported[1].read_text()
 
@@ -190,7 +191,7 @@ async def test_ab_compare_reruns_without_speculation(settings):
         assert result.identical is True  # greedy: speculation never changes the output
         assert result.plain["method"] == "none" and result.plain["decode_tps"]
         assert result.spec["method"] == "draft" and result.spec["drafted"] > 0
-        assert app.engine.config.spec.method == "draft"  # the profile is back as it was
+        assert app.backend.engine.config.spec.method == "draft"  # the profile is back as it was
         assert app.telemetry.plain_source.startswith("A/B plain run")
 
 
@@ -492,7 +493,8 @@ async def test_quitting_while_a_reply_streams_saves_the_partial_reply(settings):
         app = await ready(pilot)
         view = list(app.query(ReplyView))[-1]
         assert view.text == stored[-1].content and "interrupted" in plain_text(view.status_line)
-        assert app.engine.messages[-1].content == stored[-1].content
+        await ask(pilot, "Go on.")
+        assert app.backend.engine.messages[-3].content == stored[-1].content
 
 
 async def test_a_refused_message_leaves_no_trace_and_regenerate_replaces_the_right_reply(settings, tmp_path):
@@ -512,7 +514,7 @@ async def test_a_refused_message_leaves_no_trace_and_regenerate_replaces_the_rig
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: app.busy is None and len(list(app.query(ReplyView))) == 1)
         roles = [m.role for m in store.messages(app.conversation.id)]
-        assert roles == ["user", "assistant"] == [m.role for m in app.engine.messages if m.role != "system"]
+        assert roles == ["user", "assistant"] == [m.role for m in app.backend.engine.messages if m.role != "system"]
         assert store.messages(app.conversation.id)[0].content == "Hi"
 
 
@@ -524,7 +526,8 @@ async def test_restored_token_ids_follow_the_target_model_not_the_profile_name(s
     settings.profile = "ngram"  # another profile, the same target: the generated ids are reused
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
-        assert app.engine.messages[-1].tokens == tokens
+        await ask(pilot, "And a third?")
+        assert app.backend.engine.messages[-3].tokens == tokens
     other = tmp_path / "other-target.gguf"
     from gguf_fixtures import write_variant
 
@@ -535,9 +538,12 @@ async def test_restored_token_ids_follow_the_target_model_not_the_profile_name(s
     settings.profile = "tiny"  # the same profile name, another target: the ids are not fed to it
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
-        assert app.engine.target.path == other
-        assert app.engine.messages[-1].tokens is None
-        assert app.engine.messages[-1].content == "".join(text for text, _ in first.segments)
+        await ask(pilot, "And a fourth?")
+        engine = app.backend.engine
+        assert engine.target.path == other
+        first_reply = next(m for m in engine.messages if m.role == "assistant")
+        assert first_reply.tokens is None  # re-tokenized from its text for this other model
+        assert first_reply.content == "".join(text for text, _ in first.segments)
 
 
 async def test_ab_compare_works_without_a_database_and_from_the_same_cache_state(settings):

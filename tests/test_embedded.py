@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from specchat import embedded
+from specchat.profiles import embedded
 from specchat.engine.gguf_header import read_metadata
 
 

@@ -16,7 +16,7 @@ from specchat import profiles
 from specchat.engine import EngineConfig, ModelSpec, SpecConfig
 from specchat.engine.gguf_header import read_metadata
 from specchat.errors import ConfigError, IncompatibleDraftError, ModelError
-from specchat.fit import GB, FitReport, Footprint, kv_cache_bytes
+from specchat.profiles.fit import GB, FitReport, Footprint, kv_cache_bytes
 from test_bad_input import cli
 
 BUNDLED = ["baseline", "gemma4-12b-qat-mtp", "ngram", "qwen3-4b-0.6b", "qwen3-8b-1.7b", "tiny"]

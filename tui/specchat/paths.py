@@ -21,6 +21,12 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir(APP))
 
 
+def bundled_profiles_dir() -> Path:
+    """The presets: packaged with specchat, or the project's top-level folder in an editable install."""
+    packaged = Path(__file__).parent / "bundled_profiles"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "profiles"
+
+
 def user_profiles_dir() -> Path:
     return config_dir() / "profiles"
 

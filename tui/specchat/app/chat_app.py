@@ -1,15 +1,14 @@
 """The specchat Textual app.
 
-Data flows one way: engine → events → records and telemetry → widgets. The chat is owned by one ``ChatSession``:
-views draw its records, the store saves them, the engine is restored from them. Every call into the engine runs on the
-engine thread (``EngineThread``); its events collect in an inbox that the UI drains once per frame into an
-``EventsArrived`` message.
+Data flows one way: backend → events → records and telemetry → widgets. The chat is owned by one ``ChatSession``:
+views draw its records, the store saves them, and each question goes to the backend with the session's history. Every
+call into the backend runs on the engine thread (``EngineThread``); its events collect in an inbox that the UI drains
+once per frame into an ``EventsArrived`` message.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -23,20 +22,20 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from ..backends import Backend, open_backend
+from ..chats.ab import ABResult, compare
 from ..chats.export import export
 from ..chats.records import ReplyRecord, UserTurn
-from ..chats.session import ChatSession, engine_messages
+from ..chats.session import ChatSession
 from ..chats.store import Store, StoreError
-from ..engine import Engine, EngineConfig, ModelSpec, ReplyFinished, ReplyStarted
+from ..engine import EngineConfig, ModelSpec, ReplyFinished, ReplyStarted
 from ..engine.core import PLAIN_RATE_TOKENS
-from ..engine.llama import model_identity
 from ..errors import SpecchatError, one_line
 from ..profiles import Profile, engine_config, load_profile
 from ..telemetry.live import LiveTelemetry
-from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
-from .ab import ABResult, compare, rerun_plain
+from ..telemetry.memory import peak_rss_bytes
 from .chat_screen import ChatScreen
-from .engine_thread import EngineThread, lower_ui_priority
+from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
 from .keymap import APP_BINDINGS, load_keymap
 from .screens import ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
 from .settings import Settings
@@ -54,7 +53,6 @@ class Activity(Enum):
     LOADING = "loading"
     GENERATING = "generating"
     COMPARING = "comparing"
-    WORKING = "working"  # a short engine job: restoring a chat, a new chat, a system prompt
 
 
 class SpecchatApp(App):
@@ -70,11 +68,9 @@ class SpecchatApp(App):
             self.events = events
 
     class ProfileLoaded(Message):
-        def __init__(self, profile: Profile, config: EngineConfig, action: str, plain_tps: float | None,
-                      notes: list[str], target_id: str) -> None:
+        def __init__(self, profile: Profile, config: EngineConfig, action: str, plain_tps: float | None) -> None:
             super().__init__()
             self.profile, self.config, self.action, self.plain_tps = profile, config, action, plain_tps
-            self.notes, self.target_id = notes, target_id
 
     class LoadFailed(Message):
         def __init__(self, error: str) -> None:
@@ -87,9 +83,6 @@ class SpecchatApp(App):
         def __init__(self, error: str, started: bool) -> None:
             super().__init__()
             self.error, self.started = error, started
-
-    class EngineJobDone(Message):
-        """A short engine job (restore, new chat) finished."""
 
     class EngineFailed(Message):
         """An engine job raised; the engine thread goes on with the next one."""
@@ -107,8 +100,7 @@ class SpecchatApp(App):
         super().__init__()
         self.settings = settings or Settings()
         self.telemetry = LiveTelemetry()
-        self.engine: Engine | None = None
-        self.target_id = ""  # identity of the loaded target: whose token ids a reply's are
+        self.backend: Backend | None = None
         self.profile: Profile | None = None
         self.conversation = ChatSession(None, self.settings.profile, None, self._store_problem)
         self.show_ghosts = False
@@ -216,19 +208,20 @@ class SpecchatApp(App):
         # A narrow terminal keeps the chat usable: the sidebar collapses instead of squeezing it.
         self.sidebar.display = width >= self.settings.sidebar_min_width
 
+    @property
+    def target_id(self) -> str:
+        return self.backend.target_id if self.backend else ""
+
     def refresh_sidebar(self) -> None:
-        method = self.engine.config.spec.method if self.engine else (self.profile.values["draft"]["method"]
-                                                                      if self.profile else "–")
+        method = self.backend.config.spec.method if self.backend else (self.profile.values["draft"]["method"]
+                                                                        if self.profile else "–")
         profile = ProfileInfo(self.profile.name if self.profile else "(no profile)", method, self.status)
         self.sidebar.show(self.telemetry, profile, self.memory_snapshot)
 
     def _sample_memory(self) -> None:
-        sizes = {}
-        if self.engine is not None:
-            sizes["target"] = self.engine.target.path.stat().st_size
-            if self.engine.draft_model is not None:
-                sizes["draft"] = self.engine.draft_model.path.stat().st_size
-        self.memory_snapshot = MemorySnapshot(*self.settings.memory(), sizes)
+        files = self.backend.model_files() if self.backend else {}
+        self.memory_snapshot = MemorySnapshot(*self.settings.memory(), {role: path.stat().st_size
+                                                                         for role, path in files.items()})
 
     def _profile_system_prompt(self) -> str | None:
         return (self.profile.values["chat"]["system_prompt"] or None) if self.profile else None
@@ -256,23 +249,6 @@ class SpecchatApp(App):
         self.refresh_sidebar()
         self.engine_thread.submit(job)
 
-    def _restore_engine(self) -> None:
-        """Make the engine's conversation the session's (after a chat opened, a new chat, a system prompt)."""
-        if self.engine is None:
-            return
-        engine, messages = self.engine, self.conversation.engine_messages(self.target_id)
-
-        def job() -> None:
-            engine.restore(messages)
-            self.post_message(self.EngineJobDone())
-
-        self._run(Activity.WORKING, "", job)
-
-    def on_specchat_app_engine_job_done(self, _message: EngineJobDone) -> None:
-        self.busy = None
-        self.status = ""
-        self.refresh_sidebar()
-
     def on_specchat_app_engine_failed(self, message: EngineFailed) -> None:
         self.busy = None
         self.status = ""
@@ -285,7 +261,6 @@ class SpecchatApp(App):
         if self.busy in (Activity.GENERATING, Activity.COMPARING):
             self.notify("wait for the reply to finish (or press Esc) before switching profiles", severity="warning")
             return
-        turns = list(self.conversation.turns)
         system_prompt = self.conversation.system_prompt
 
         def job() -> None:
@@ -298,18 +273,15 @@ class SpecchatApp(App):
                         spec=dataclasses.replace(config.spec, method="draft"),
                     )
                 config = dataclasses.replace(config, system_prompt=system_prompt)
-                if self.engine is None:
-                    self.engine, action = Engine(config), "loaded"
+                if self.backend is None:
+                    self.backend, action = open_backend(config), "loaded"
                 else:
-                    action = self.engine.apply(config)
+                    action = self.backend.apply(config)
             except SpecchatError as exc:
                 self.post_message(self.LoadFailed(str(exc)))
                 return
-            engine = self.engine
-            target_id = model_identity(engine.target.path)
-            engine.restore(engine_messages(turns, system_prompt, target_id))
-            plain = engine.measure_plain_rate() if action in ("loaded", "full reload") else None
-            self.post_message(self.ProfileLoaded(profile, config, action, plain, engine.notes, target_id))
+            plain = self.backend.measure_plain_rate() if action in ("loaded", "full reload") else None
+            self.post_message(self.ProfileLoaded(profile, config, action, plain))
 
         self._run(Activity.LOADING, f"loading {Path(name).stem}…", job)
 
@@ -317,19 +289,18 @@ class SpecchatApp(App):
         self.busy = None
         self.status = ""
         self.profile = message.profile
-        self.target_id = message.target_id
         self.conversation.set_profile(message.profile.name)
         if message.action in ("loaded", "full reload"):  # a reference measured on another target means nothing here
             self.telemetry.set_plain_reference(message.plain_tps, f"plain run of {PLAIN_RATE_TOKENS} tokens after"
                                                " loading, same loop")
         self.telemetry.reset_chat()
-        self.telemetry.speculation = self.engine.speculation_state() if self.engine else None
-        self.telemetry.n_max = self.engine.n_max if self.engine else 0
+        self.telemetry.speculation = self.backend.speculation_state() if self.backend else None
+        self.telemetry.n_max = self.backend.n_max if self.backend else 0
         self._sample_memory()
         settle_garbage()
         if message.action != "loaded":  # the first load needs no announcement; switches do
             self.notify(f"profile {message.profile.name}: {message.action}")
-        for note in message.notes:
+        for note in self.backend.notes if self.backend else []:
             if note not in self._shown_notes:
                 self._shown_notes.add(note)
                 self.notify(note, severity="warning", timeout=15)
@@ -337,7 +308,7 @@ class SpecchatApp(App):
 
     def on_specchat_app_load_failed(self, message: LoadFailed) -> None:
         self.busy = None
-        self.status = "load failed — previous profile kept" if self.engine else "no model loaded"
+        self.status = "load failed — previous profile kept" if self.backend else "no model loaded"
         self.notify(message.error, severity="error", timeout=20)
         self.refresh_sidebar()
 
@@ -355,21 +326,21 @@ class SpecchatApp(App):
     def submit(self, text: str) -> None:
         if not text.strip():
             return
-        if self.engine is None or self.busy is not None:
+        if self.backend is None or self.busy is not None:
             if self.busy is Activity.LOADING:
                 why = "the model is still loading — try again in a moment"
-            elif self.engine is None:
+            elif self.backend is None:
                 why = "no model is loaded — pick a profile with F2"
             else:
-                why = "still answering — press Esc to cancel first" if self.busy is Activity.GENERATING else "busy — try again in a moment"
+                why = "still answering — press Esc to cancel first"
             self.notify(why, severity="warning")
             self.query_one(PromptInput).load_text(text)
             return
-        self._start_reply(text, restore=None)
+        self._start_reply(text)
 
-    def _start_reply(self, text: str, restore: list | None) -> None:
-        """Add the exchange to the session and its views, then answer on the engine thread (after restoring the
-        engine's conversation first, when ``restore`` is given)."""
+    def _start_reply(self, text: str) -> None:
+        """Add the exchange to the session and its views, then answer on the engine thread."""
+        history = self.conversation.engine_messages(self.target_id)
         user = self.conversation.add_user(text)
         record = self.conversation.add_reply(self.target_id)
         self._mount_turn(user)
@@ -377,15 +348,12 @@ class SpecchatApp(App):
         self.chat.scroll_end(animate=False)
         self._cancel.clear()
         self._streaming(True)
-        engine, max_tokens = self.engine, self.settings.max_tokens
+        backend, max_tokens = self.backend, self.settings.max_tokens
 
         def job() -> None:
             started = False
             try:
-                if restore is not None:
-                    engine.restore(restore)
-                reset_peak_rss()
-                for event in engine.reply(text, max_tokens=max_tokens, should_stop=self._cancel.is_set):
+                for event in backend.answer(history, text, max_tokens=max_tokens, should_stop=self._cancel.is_set):
                     started = started or isinstance(event, ReplyStarted)
                     self._inbox.append(event)  # all the engine thread does per event: it never waits on the UI
             except Exception as exc:
@@ -421,7 +389,7 @@ class SpecchatApp(App):
         view = self._last_reply
         finished = next((e for e in events if isinstance(e, ReplyFinished)), None)
         if finished is not None and record.stats is not None:
-            record.stats["peak_rss"] = peak_rss_bytes()  # since the reply began: the engine thread reset it then
+            record.stats["peak_rss"] = peak_rss_bytes()  # since the reply began: the backend reset it then
         self.conversation.reply_changed(record)
         if view is not None:
             view.refresh_view()
@@ -492,7 +460,7 @@ class SpecchatApp(App):
         self.push_screen(HelpScreen(self.settings.keymap))
 
     def action_profiles(self) -> None:
-        current = self.engine.config.target.path if self.engine else None
+        current = self.backend.config.target.path if self.backend else None
         self.push_screen(ProfileScreen(current, self.profile.name if self.profile else None), self._profile_chosen)
 
     def _profile_chosen(self, choice: tuple[str, object] | None) -> None:
@@ -530,28 +498,27 @@ class SpecchatApp(App):
 
     def action_regenerate(self) -> None:
         exchange = self.conversation.last_exchange()
-        if exchange is None or self.busy is not None or self.engine is None:
+        if exchange is None or self.busy is not None or self.backend is None:
             return
         index, text = exchange
         self._drop_turns(index)
-        self._start_reply(text, restore=self.conversation.engine_messages(self.target_id))
+        self._start_reply(text)
 
     def action_ab_compare(self) -> None:
         record = self.conversation.last_reply
         exchange = self.conversation.last_exchange()
-        if self.engine is None or self.busy is not None or record is None or record.streaming or exchange is None \
+        if self.backend is None or self.busy is not None or record is None or record.streaming or exchange is None \
                 or record.stats is None:
             self.notify("A/B needs a finished reply to compare", severity="warning")
             return
         index, text = exchange
-        engine, max_tokens = self.engine, self.settings.max_tokens
-        before = self.conversation.engine_messages(self.target_id, upto=index)
-        after = self.conversation.engine_messages(self.target_id)
+        backend, max_tokens = self.backend, self.settings.max_tokens
+        history = self.conversation.engine_messages(self.target_id, upto=index)
         spec, spec_tokens = dict(record.stats), list(record.tokens)
-        sampled = not engine.config.sampling.greedy
+        sampled = not backend.config.sampling.greedy
 
         def job() -> None:
-            plain, plain_tokens = rerun_plain(engine, text, before, after, record.reused_tokens or 0, max_tokens)
+            plain, plain_tokens = backend.rerun_plain(history, text, record.reused_tokens or 0, max_tokens)
             self.post_message(self.ABFinished(compare(spec, spec_tokens, plain, plain_tokens, sampled)))
 
         self._run(Activity.COMPARING, "A/B: rerunning without speculation…", job)
@@ -571,7 +538,7 @@ class SpecchatApp(App):
         self.conversation.new(self._profile_system_prompt())
         self.telemetry.reset_chat()
         self._show_turns()
-        self._restore_engine()
+        self.refresh_sidebar()
 
     def action_conversations(self) -> None:
         if self.conversation.store is None:
@@ -599,7 +566,7 @@ class SpecchatApp(App):
             return
         self.telemetry.reset_chat()
         self._show_turns()
-        self._restore_engine()
+        self.refresh_sidebar()
 
     def action_export(self) -> None:
         if not self.conversation.turns:
@@ -622,24 +589,13 @@ class SpecchatApp(App):
         if text is None or self.busy is not None:
             return
         self.conversation.set_system_prompt(text.strip() or None)
-        self._restore_engine()
         self.notify("system prompt set for this chat")
 
     def on_unmount(self) -> None:
         self._save_on_exit()
+        if self.backend is not None:  # after the job in progress, which stops at its next step (cancelled above)
+            self.engine_thread.submit(self.backend.close)
         self.engine_thread.stop()
-
-
-def settle_garbage() -> None:
-    """Collect everything now, between replies, and leave what survives out of later collections.
-
-    A full collection walks every object of the app — Textual's DOM, llama-cpp-python's — and takes 40–130 ms on this
-    CPU; one that falls during a reply stalls decoding (in the engine thread) or a frame. Frozen objects are skipped by
-    the automatic collections, so during a reply they only look at what was allocated since.
-    """
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
 
 
 def make_app(settings: Settings | None = None) -> SpecchatApp:

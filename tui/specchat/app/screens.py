@@ -15,11 +15,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
-from .. import models
 from ..errors import SpecchatError
 from ..profiles import available_profiles, load_profile
 from ..chats.store import Store
-from .ab import ABResult
+from ..chats.ab import ABResult
 from .keymap import ALL_BINDINGS
 
 CLOSE = [Binding("escape", "dismiss_screen", "Close", id="close_modal", tooltip="Close this dialog")]
@@ -99,8 +98,9 @@ class ProfileScreen(_Modal):
     def _drafts(self) -> list[Option]:
         if self.target is None:
             return [Option(Text("load a target first", style="dim"), disabled=True)]
-        from ..embedded import draft_path
-        from ..profile_commands import draft_candidates
+        from ..profiles import models
+        from ..profiles.drafts import draft_candidates
+        from ..profiles.embedded import draft_path
 
         try:
             pool = models.discover() + [draft_path()]

@@ -14,7 +14,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine import Engine, EngineConfig, Message, ReplyFinished, TokenEmitted
+from ..backends import open_backend
+from ..engine import EngineConfig, Message, ReplyFinished, TokenEmitted
 from ..errors import SpecchatError
 from ..telemetry.memory import GpuMemory, gpu_memory, peak_rss_bytes, reset_peak_rss
 from .tasks import Task
@@ -56,10 +57,10 @@ def _vram(pid: int | None = None) -> int | None:
 
 
 class SpecchatRunner:
-    """One engine, switched between the profile's speculation and plain decoding without reloading anything."""
+    """One backend, switched between the profile's speculation and plain decoding without reloading anything."""
 
     def __init__(self, config: EngineConfig) -> None:
-        self.engine = Engine(config)
+        self.backend = open_backend(config)
         self.configs = {
             "spec": config,
             "none": dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")),
@@ -71,23 +72,19 @@ class SpecchatRunner:
 
     def prompt_text(self, task: Task) -> str:
         """The task as the target reads it, rendered with the model's chat template (for peers that take raw text)."""
-        messages = self.messages_for(task) + [Message("user", task.prompt)]
-        return self.engine.template.render([{"role": m.role, "content": m.content} for m in messages],
-                                           add_generation_prompt=True)
+        return self.backend.render(self.messages_for(task) + [Message("user", task.prompt)])
 
     def messages_for(self, task: Task) -> list[Message]:
-        system = self.engine.config.system_prompt
+        system = self.backend.config.system_prompt
         return ([Message("system", system)] if system else []) + list(task.history)
 
     def run(self, task: Task, mode: str, rep: int) -> RunResult:
-        engine = self.engine
-        engine.apply(self.configs[mode])
-        engine.clear_cache()
-        engine.restore(self.messages_for(task))
-        reset_peak_rss()
+        backend = self.backend
+        backend.apply(self.configs[mode])
+        backend.clear_cache()
         tokens: list[int] = []
         finished: ReplyFinished | None = None
-        for event in engine.reply(task.prompt, max_tokens=task.max_tokens):
+        for event in backend.answer(self.messages_for(task), task.prompt, max_tokens=task.max_tokens):
             if isinstance(event, TokenEmitted):
                 tokens.append(event.token)
             elif isinstance(event, ReplyFinished):
@@ -109,7 +106,7 @@ class SpecchatRunner:
         )
 
     def close(self) -> None:
-        self.engine.close()
+        self.backend.close()
 
 
 class LlamaCppPythonRunner:

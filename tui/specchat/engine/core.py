@@ -229,6 +229,8 @@ class Engine:
 
     def restore(self, messages: list[Message]) -> None:
         """Continue an earlier conversation; the KV cache is reused as far as it matches."""
+        if messages == self.chat.messages:
+            return  # already this conversation (a front end passes its history with every question)
         self.chat.messages = list(messages)
         self._adopt(*self.chat.rebuild(self.chat.messages))
 

@@ -13,15 +13,9 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
 
 from ...chats.records import ReplyRecord
+from ...colours import GHOST_STYLE, STYLES
 from .text_lines import TextLines
 
-STYLES = {
-    "accepted": "green",
-    "corrected": "#ffaf00",
-    "bonus": "#5fafff",
-    "target": "",
-}
-GHOST_STYLE = "dim strike"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 FINISH_LABELS = {"cancelled": "⏹ cancelled", "context_full": "context full", "length": "stopped at the token limit",
                  "interrupted": "⏸ interrupted: specchat closed while it streamed", "error": "✗ stopped by an error"}

@@ -18,10 +18,11 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.toml_document import TOMLDocument
 
-from . import models, paths
-from .engine.config import METHODS, EngineConfig, ModelSpec, SpecConfig, default_threads
-from .engine.sampling import SamplingParams
-from .errors import ConfigError, SpecchatError
+from .. import paths
+from ..engine.config import METHODS, EngineConfig, ModelSpec, SpecConfig, default_threads
+from ..engine.sampling import SamplingParams
+from ..errors import ConfigError, SpecchatError
+from . import models
 
 DEFAULT_PROFILE = "tiny"
 # "mtp" is a valid profile method (multi-token prediction heads), but needs a backend specchat does not have yet.
@@ -29,9 +30,7 @@ PROFILE_METHODS = (*METHODS, "mtp")
 
 
 def bundled_dir() -> Path:
-    packaged = Path(__file__).parent / "bundled_profiles"
-    # An editable install runs from the source tree, where the presets sit at the project's top level.
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "profiles"
+    return paths.bundled_profiles_dir()
 
 
 def user_dir() -> Path:

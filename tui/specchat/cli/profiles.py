@@ -1,21 +1,21 @@
-"""``specchat profiles …``: list, show, check, set and find drafts for speculation profiles."""
+"""``specchat profiles …``: list, show, check, edit and find drafts for speculation profiles."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from . import models
-from .engine.compat import check_pair
-from .engine.gguf_header import read_metadata
-from .errors import ConfigError, ModelError
-from .fit import DEFAULT_MARGIN_GB, GB, FitReport, Footprint, gpu_share, kv_cache_bytes
-from .profiles import (
+from ..engine.compat import check_pair
+from ..engine.gguf_header import read_metadata
+from ..errors import ConfigError, ModelError
+from ..profiles import models
+from ..profiles.drafts import draft_candidates
+from ..profiles.fit import DEFAULT_MARGIN_GB, GB, FitReport, Footprint, gpu_share, kv_cache_bytes
+from ..profiles.schema import (
     SCHEMA,
     Profile,
     available_profiles,
@@ -221,41 +221,12 @@ def cmd_set(args: argparse.Namespace) -> int:
 # -- drafts ---------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DraftCandidate:
-    path: Path
-    size: int
-    problems: tuple[str, ...]
-
-    @property
-    def compatible(self) -> bool:
-        return not self.problems
-
-
-def draft_candidates(target: Path, candidates: list[Path]) -> list[DraftCandidate]:
-    """GGUFs smaller than ``target``, compatible ones first (smallest first), each incompatible one with its rule."""
-    target_size = target.stat().st_size
-    found = []
-    for path in candidates:
-        if path.resolve() == target.resolve():
-            continue
-        size = path.stat().st_size
-        if size >= target_size:
-            continue
-        try:
-            problems = tuple(check_pair(target, path))
-        except ModelError as exc:
-            problems = (str(exc),)
-        found.append(DraftCandidate(path, size, problems))
-    return sorted(found, key=lambda c: (not c.compatible, c.size, c.path.name))
-
-
 def cmd_drafts(args: argparse.Namespace) -> int:
     profile = load_profile(args.name)
     located = _located(profile.values["target"]["model"], profile)
     if located is None or located.path is None:
         raise ModelError(located.missing_message("target") if located else "the profile names no target")
-    from . import embedded
+    from ..profiles import embedded
 
     pool = models.discover() + [embedded.draft_path()]
     candidates = draft_candidates(located.path, pool)

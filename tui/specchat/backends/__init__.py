@@ -1,0 +1,67 @@
+"""Where replies come from: one protocol for every way of running a model, the in-process engine first.
+
+A backend turns a conversation and a configuration into the engine's event stream (see ``engine.events``). The chat
+app, ``specchat ask``, ``specchat repl`` and ``specchat bench`` depend on this protocol only, never on what is behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..engine.config import EngineConfig
+from ..engine.conversation import Message
+from ..engine.events import Event, SpeculationState
+
+
+class Backend(Protocol):
+    config: EngineConfig
+
+    @property
+    def target_id(self) -> str:
+        """Identity of the target model: whose token ids a reply's are (they are fed back to that model only)."""
+
+    @property
+    def notes(self) -> list[str]:
+        """What the configuration does differently from what it says, one line each."""
+
+    @property
+    def n_max(self) -> int:
+        """The draft length in use (0 without speculation)."""
+
+    def answer(self, history: list[Message], text: str, *, max_tokens: int,
+               should_stop: Callable[[], bool] = lambda: False) -> Iterator[Event]:
+        """Reply to ``text`` after ``history`` (the conversation so far, system prompt first), as events."""
+
+    def apply(self, config: EngineConfig) -> str:
+        """Switch configuration with the least work; returns what was done ("parameters", "draft reloaded",
+        "full reload"). A failed switch keeps the previous configuration."""
+
+    def speculation_state(self) -> SpeculationState: ...
+
+    def measure_plain_rate(self) -> float | None:
+        """Decode tokens/s of plain decoding of this target, measured the way a reply's decode rate is."""
+
+    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int,
+                    max_tokens: int) -> tuple[dict[str, Any], list[int]]:
+        """A/B: ``text`` again without speculation, from the cache state (``reused_tokens`` of the prompt cached) the
+        speculative reply started from; its telemetry summary and tokens. The backend is left as it was."""
+
+    def render(self, messages: list[Message]) -> str:
+        """The text the target reads for ``messages`` followed by the assistant's turn (its chat template)."""
+
+    def clear_cache(self) -> None:
+        """Forget cached prompts, so the next reply decodes its whole prompt (benchmarks time cold prompts)."""
+
+    def model_files(self) -> dict[str, Path]:
+        """Role ("target", "draft") → the model file in use."""
+
+    def close(self) -> None: ...
+
+
+def open_backend(config: EngineConfig) -> Backend:
+    """The backend a configuration asks for."""
+    from .local import LocalBackend
+
+    return LocalBackend(config)

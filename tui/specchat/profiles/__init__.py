@@ -1,0 +1,21 @@
+"""Profiles: the TOML presets and a user's own (schema and validation), finding models on disk, whether a pair fits
+in memory, the embedded model pair, and which GGUFs could draft for a target."""
+
+from .schema import (
+    DEFAULT_PROFILE,
+    SCHEMA,
+    Profile,
+    available_profiles,
+    bundled_dir,
+    engine_config,
+    find_profile,
+    load_profile,
+    model_base,
+    parse_profile,
+    user_dir,
+)
+
+__all__ = [
+    "DEFAULT_PROFILE", "SCHEMA", "Profile", "available_profiles", "bundled_dir", "engine_config", "find_profile",
+    "load_profile", "model_base", "parse_profile", "user_dir",
+]
