@@ -143,7 +143,9 @@ def app_in_terminal(profile: str, tokens: int, tmp: Path) -> float:
         if not db.exists():
             return None
         with sqlite3.connect(db) as conn:
-            row = conn.execute("SELECT telemetry FROM messages WHERE role = 'assistant'").fetchone()
+            # The reply is saved as it streams: its telemetry arrives when it finishes.
+            row = conn.execute("SELECT telemetry FROM messages WHERE role = 'assistant' AND telemetry IS NOT NULL"
+                               ).fetchone()
         return json.loads(row[0]).get("decode_tps") if row else None
 
     return in_tmux(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}", stored_tps)

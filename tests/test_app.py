@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-import io
 import json
 import shutil
 import time
 
 import pytest
-from rich.console import Console
 from rich.text import Text
 from textual import events
-from textual._compositor import Compositor
 from textual.widgets._markdown import MarkdownFence
 
 from specchat.app.chat_app import SpecchatApp, make_app
-from specchat.app.chat_screen import DirtyRowsCompositor
 from specchat.app.screens import ABScreen, HelpScreen, ProfileScreen
 from specchat.app.settings import Settings
 from specchat.app.widgets.prompt import PromptInput
@@ -371,36 +366,6 @@ async def test_markdown_toggle_renders_the_finished_reply_with_its_code_highligh
         await pilot.press("f3")  # back to the provenance colours
         await pilot.pause(0.1)
         assert view.body.display and not view.rendered.display and view.body.size.height > 0
-
-
-async def test_each_frame_paints_what_textuals_own_compositor_would(settings, monkeypatch):
-    """The chat screen's compositor renders only the dirty rows of each widget; every frame of a real streamed reply
-    (sidebar, reply lines, the scroll when the room below the reply runs out) must write exactly the terminal output
-    that Textual's stock compositor writes for the same dirty regions."""
-    settings.max_tokens = 200
-    frames: list[bool] = []
-    ours = DirtyRowsCompositor.render_partial_update
-
-    def checked(compositor: DirtyRowsCompositor):
-        dirty = set(compositor._dirty_regions)
-        update = ours(compositor)
-        compositor._dirty_regions.update(dirty)
-        compositor._get_renders = functools.partial(Compositor._get_renders, compositor)  # the stock renders
-        try:
-            stock = Compositor.render_partial_update(compositor)
-        finally:
-            del compositor._get_renders
-        if update is not None:
-            frames.append(update.render_segments(console) == stock.render_segments(console))
-        return update
-
-    console = Console(file=io.StringIO(), force_terminal=True, color_system="truecolor")
-    monkeypatch.setattr(DirtyRowsCompositor, "render_partial_update", checked)
-    async with make_app(settings).run_test(size=(100, 24)) as pilot:
-        app = await ready(pilot)
-        await ask(pilot, "Write a long story about a lighthouse keeper.")
-        assert isinstance(app.screen._compositor, DirtyRowsCompositor)
-    assert len(frames) >= 10 and all(frames)
 
 
 async def test_stream_is_followed_only_while_the_reader_is_at_the_bottom(settings):

@@ -34,7 +34,6 @@ from ..errors import SpecchatError, one_line
 from ..profiles import Profile, engine_config, load_profile
 from ..telemetry.live import LiveTelemetry
 from ..telemetry.memory import peak_rss_bytes
-from .chat_screen import ChatScreen
 from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
 from .keymap import APP_BINDINGS, load_keymap
 from .screens import ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
@@ -115,9 +114,6 @@ class SpecchatApp(App):
         self._inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
 
     # -- layout ------------------------------------------------------------------------------------------------------
-
-    def get_default_screen(self) -> Screen:
-        return ChatScreen(id="_default")
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):

@@ -59,17 +59,17 @@ class PromptInput(TextArea):
         self.load_text(text)
         self.move_cursor(self.document.end)
 
-    async def _on_key(self, event: events.Key) -> None:
-        # TextArea's own handler (dispatched after this one) turns Enter into a newline; a key bound here, after
-        # any keymap, skips it and reaches its binding instead.
+    # Textual runs a subclass's handlers before its base classes' and prevent_default() skips the rest, so these see
+    # keys and pastes before TextArea's own handling does.
+
+    def on_key(self, event: events.Key) -> None:
+        # TextArea turns Enter into a newline; a key bound here, after any keymap, skips that and reaches its binding.
         active = self.screen.active_bindings.get(event.key)
         if active is not None and active.node is self:
             event.prevent_default()
 
-    async def _on_paste(self, event: events.Paste) -> None:
+    def on_paste(self, event: events.Paste) -> None:
         if len(event.text) > self._max_paste:
             event.prevent_default()
             event.stop()
             self.post_message(self.PasteRefused(len(event.text), self._max_paste))
-            return
-        await super()._on_paste(event)

@@ -46,19 +46,7 @@ def provenance_text(segments: list[tuple[str, str]], ghosts: dict[int, str], sho
     return text
 
 
-class ResizedInPlace:
-    """For widgets that grow while a reply streams: a new size needs no second layout pass.
-
-    Textual lays the screen out again whenever a widget's size changed in the pass that was just done, which doubles
-    the frames of a growing reply. These widgets do not scroll and their children were arranged in that same pass,
-    so the size is recorded without asking for another one. (Relies on ``Widget._size_updated``, Textual 8.)
-    """
-
-    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
-        return super()._size_updated(size, virtual_size, container_size, layout=False)
-
-
-class ProvenanceLines(ResizedInPlace, TextLines, Widget):
+class ProvenanceLines(TextLines, Widget):
     """Coloured segments drawn line by line: a frame re-renders only the screen lines whose text changed.
 
     The text is kept as paragraphs: a paragraph is closed at a segment that ends a line, never at the newest segment
@@ -165,7 +153,7 @@ class UserMessage(Static):
         super().__init__(Text(text), classes="user-message")
 
 
-class ReplyView(ResizedInPlace, Vertical):
+class ReplyView(Vertical):
     """A reply record drawn: provenance colours while streaming; after it finishes, optionally rendered Markdown.
 
     The view only reads its record (the app adds events to the record, then asks the view to refresh). Only the body
