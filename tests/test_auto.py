@@ -118,3 +118,8 @@ def test_cost_cache_is_remeasured_when_corrupt_stale_or_for_another_key(tmp_path
     path.write_text(json.dumps(data))
     cache.get("model-a", measure)
     assert len(calls) == 5  # impossible figures: measured again
+    data = json.loads(path.read_text())
+    data["model-a"]["exact"] = 3  # exact up to a batch size that was never measured
+    path.write_text(json.dumps(data))
+    cache.get("model-a", measure)
+    assert len(calls) == 6

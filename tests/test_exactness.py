@@ -96,3 +96,31 @@ def test_baseline_accounting(baseline):
         assert stats.drafted == 0 and not stats.speculation_active
         assert "none" in stats.speculation_reason
         assert {t.kind for t in r.tokens} == {"target"}
+
+
+@pytest.fixture(scope="module")
+def bench_tasks():
+    from specchat.bench.tasks import load_tasks
+
+    tasks, problems = load_tasks()
+    assert not problems
+    return tasks
+
+
+def test_long_ngram_drafts_equal_plain_decoding_on_every_bench_task(bench_tasks, make_engine):
+    """Drafts of up to 64 tokens, fixed and chosen by "auto", on the bundled benchmark's prompts (their histories
+    included): the greedy output is plain decoding's, token for token."""
+    engines = {name: make_engine(method, n_ctx=2048, **spec) for name, method, spec in (
+        ("plain", "none", {}), ("ngram-64", "ngram", {"n_max": 64}), ("auto", "ngram", {"n_max": "auto"}))}
+    longest = 0
+    for task in bench_tasks:
+        outputs = {}
+        for name, engine in engines.items():
+            engine.restore(engine.messages[:1] + list(task.history))
+            r = run(engine, task.prompt, max_tokens=task.max_tokens)
+            check_accounting(r)
+            outputs[name] = r.ids
+            longest = max([longest] + [s.drafted for s in r.steps])
+        assert outputs["ngram-64"] == outputs["plain"], f"ngram n_max 64 changed the output of {task.name}"
+        assert outputs["auto"] == outputs["plain"], f"ngram auto changed the output of {task.name}"
+    assert longest >= 32, "copy-heavy tasks draft long"

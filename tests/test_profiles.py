@@ -252,14 +252,6 @@ def test_failed_switch_keeps_the_previous_profile(make_engine, target_path, tmp_
 CODE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n    return a * b\n"
 
 
-def test_auto_grows_the_draft_on_a_copy_task(make_engine):
-    engine = make_engine("ngram", n_max="auto")
-    r = run(engine, "Repeat this code exactly:\n" + CODE * 2, max_tokens=120)
-    lengths = [s.n_max for s in r.steps]
-    assert max(lengths) >= 8, lengths
-    assert r.finished.stats.adaptive
-
-
 @pytest.fixture(scope="module")
 def scrambled_draft(tmp_path_factory, target_path) -> Path:
     return write_scrambled_copy(target_path, tmp_path_factory.mktemp("scrambled") / "scrambled.gguf")

@@ -365,3 +365,31 @@ def profile_without_template(tmp_path: Path, model: Path) -> Path:
     path = tmp_path / "plain.toml"
     path.write_text(f'[target]\nmodel = "{model}"\nn_ctx = 512\n')
     return path
+
+
+def test_verify_batches_stay_within_what_this_backend_computes_exactly(make_engine, target_path):
+    """llama.cpp's CPU backend computes large batches with other kernels whose logits differ from one-at-a-time
+    decoding; the engine measures up to which size they agree and never verifies more in one batch."""
+    from specchat.engine.llama import Context, Model
+
+    engine = make_engine("ngram", n_max=64)
+    cap = engine.max_verify
+    assert cap is not None and cap >= 8
+    text = ("The lighthouse at Cape Morrow was built in 1872 to guide ships around a reef that had claimed more than"
+            " forty vessels. For over a century, keepers lived in a small stone house beside the tower.")
+    r = run(engine, f"Repeat this text exactly, twice:\n{text}", max_tokens=160)
+    assert max(s.drafted for s in r.steps) + 1 <= cap
+    model = Model(target_path)  # independently of the sweep: real text, one token at a time and as one batch
+    try:
+        tokens = model.tokenize(text, add_special=False)[:cap]
+        one, batch = Context(model, n_ctx=512, threads=THREADS), Context(model, n_ctx=512, threads=THREADS)
+        rows = []
+        for token in tokens:
+            one.decode([token])
+            rows.append(one.logits()[-1].copy())
+        batch.decode(tokens, all_logits=True)
+        assert np.array_equal(batch.logits(), np.stack(rows))
+        one.close()
+        batch.close()
+    finally:
+        model.close()

@@ -1,3 +1,5 @@
+"""``python -m specchat``: the same as the ``specchat`` command."""
+
 import sys
 
 from .cli import main

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import paths
+from ..engine.config import DEFAULT_MAX_TOKENS
+from ..profiles import DEFAULT_PROFILE
 from ..telemetry.memory import GpuMemory, GpuUnavailable, gpu_memory, rss_bytes
 
 
@@ -16,13 +18,13 @@ def measure_memory() -> tuple[GpuMemory | GpuUnavailable, int | None]:
 
 @dataclass
 class Settings:
-    profile: str = "tiny"
+    profile: str = DEFAULT_PROFILE
     db_path: Path | None = field(default_factory=paths.chats_db)  # None: keep chats in memory only
     keymap: Path = field(default_factory=paths.keymap_file)
     exports: Path = field(default_factory=paths.exports_dir)
     autoload: bool = True  # load the profile's models at start (snapshot tests replay recorded events instead)
     resume: bool = True  # reopen the most recent conversation
-    max_tokens: int = 1024
+    max_tokens: int = DEFAULT_MAX_TOKENS
     memory: Callable[[], tuple[GpuMemory | GpuUnavailable, int | None]] = measure_memory  # NVML, then process RSS
     sidebar_min_width: int = 100  # columns below which the sidebar collapses
     max_paste_chars: int = 200_000

@@ -108,6 +108,9 @@ class Store:
                 self.db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
                 self.db.execute("PRAGMA foreign_keys = ON")
                 self.db.execute("PRAGMA journal_mode = WAL")
+                # In WAL mode NORMAL keeps the database intact through a crash of the app (only an OS crash or power
+                # loss can drop the last commits), without an fsync on the UI thread at every save.
+                self.db.execute("PRAGMA synchronous = NORMAL")
                 self._migrate()
             finally:
                 os.umask(old_umask)

@@ -12,9 +12,9 @@ from typing import Any, TextIO
 
 from ..colours import ANSI, ANSI_GHOST, ANSI_RESET, ansi
 from ..engine.conversation import Message
+from ..engine.config import DEFAULT_MAX_TOKENS
 from .options import add_profile_option
 
-DEFAULT_MAX_TOKENS = 512
 
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:

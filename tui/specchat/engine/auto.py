@@ -28,10 +28,12 @@ PROBE_ACCEPTANCE = 0.9  # a probe drafts the length that would be best at this a
 
 @dataclass(frozen=True)
 class VerifyCost:
-    """Seconds the target takes to verify a batch of b tokens with logits on every row, measured at ``sizes``."""
+    """Seconds the target takes to verify a batch of b tokens with logits on every row, measured at ``sizes``, and the
+    largest of those batches whose logits equal one-at-a-time decoding bit for bit (``exact``)."""
 
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
+    exact: int = 1
 
     def __call__(self, b: int) -> float:
         """Linear between measured sizes, and beyond the last one along the last segment's slope."""

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from .sampling import SamplingParams
 
 METHODS = ("none", "draft", "ngram")
+DEFAULT_MAX_TOKENS = 1024  # the longest reply when a front end does not say
 
 
 def default_threads() -> int:

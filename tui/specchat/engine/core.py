@@ -20,9 +20,9 @@ from .. import paths
 from ..errors import ConfigError
 from .auto import AutoDraftLength, MatchClasses, VerifyCost
 from .chat_template import ChatTemplate
-from .config import EngineConfig, SpecConfig
+from .config import DEFAULT_MAX_TOKENS, EngineConfig, SpecConfig
 from .conversation import Conversation, Message
-from .costs import SIZES, CostCache, measure_verify_cost
+from .costs import CostCache, measure_verify_cost, sizes_up_to
 from .drafters import Drafter, NgramDrafter
 from .events import (
     DraftRejected,
@@ -41,9 +41,8 @@ from .loop import Rules, StepOutcome, speculate
 from .sampling import SamplingParams, pick
 from .stats import ReplyStats, rate
 
-__all__ = ["DEFAULT_MAX_TOKENS", "Engine", "Message"]
+__all__ = ["Engine", "Message"]
 
-DEFAULT_MAX_TOKENS = 1024
 PLAIN_RATE_TOKENS = 32  # tokens of the plain run that gives "vs plain" its reference
 AUTO_K_MAX = {"draft": 16, "ngram": 64}  # longest draft "auto" considers: model drafts cost per token, n-grams not
 
@@ -109,6 +108,14 @@ class Engine:
         if spec.method == "draft" and spec.n_min > 0 and not sampling.greedy:
             notes.append(f"n_min {spec.n_min} applies only at temperature 0: dropping a sampled draft for being short"
                          " would bias the output, so short sampled drafts are verified too")
+        verify = self._verify
+        if verify is not None and verify.exact < 2:
+            notes.append("on this backend a batch's logits differ from one-at-a-time decoding (measured): greedy output"
+                         " with speculation can differ from plain decoding where two tokens nearly tie")
+        elif verify is not None and not spec.adaptive and verify.exact < int(spec.n_max) + 1:
+            notes.append(f"drafts are verified {verify.exact - 1} tokens at most, not n_max {spec.n_max}: larger"
+                         f" batches are computed with other kernels on this backend (measured) and could change the"
+                         " output")
         return notes
 
     def close(self) -> None:
@@ -166,20 +173,28 @@ class Engine:
         spec, sampling = self.config.spec, self.config.sampling
         self._ngram = NgramDrafter(spec.ngram_min, spec.ngram_max)
         self._auto = None
-        if spec.adaptive and spec.method != "none":
+        self._verify = None
+        if spec.method != "none":
+            longest = AUTO_K_MAX[spec.method] if spec.adaptive else int(spec.n_max)
+            self._verify = self._costs(self.target, self.ctx, self.config.target, sizes_up_to(longest + 1))
+        if spec.adaptive and self._verify is not None:
             # What "auto" learned about a configuration survives a switch away and back (an A/B run, a toggle).
             key = (spec, self._draft.identity if self._draft is not None else None)
             if key not in self._learned:
-                self._learned[key] = self._new_auto(spec.method)
+                self._learned[key] = self._new_auto(spec.method, self._verify)
             self._auto = self._learned[key]
         seed = sampling.seed
         self.rules = Rules(sampling, np.random.default_rng(seed), np.random.default_rng(seed + 1), self.target,
                            n_min=spec.n_min, p_min=spec.p_min)
 
-    def _new_auto(self, method: str) -> AutoDraftLength | MatchClasses:
-        k_max = AUTO_K_MAX[method]
-        sizes = tuple(sorted({b for b in SIZES if b < k_max + 1} | {k_max + 1}))
-        verify = self._costs(self.target, self.ctx, self.config.target, sizes)
+    @property
+    def max_verify(self) -> int | None:
+        """The most tokens one verify batch may hold: the largest batch measured exact on this backend (None: no
+        limit, when not even two rows were exact — see ``notes``)."""
+        return self._verify.exact if self._verify is not None and self._verify.exact >= 2 else None
+
+    def _new_auto(self, method: str, verify: VerifyCost) -> AutoDraftLength | MatchClasses:
+        k_max = min(AUTO_K_MAX[method], (self.max_verify or AUTO_K_MAX[method] + 1) - 1)
         if method == "ngram":
             return MatchClasses(verify, k_max)
         assert self._draft is not None and self.config.draft is not None
@@ -326,7 +341,7 @@ class Engine:
                 else:
                     step += 1
                     # Room for the target's own token after the draft, so every judged token can be shown.
-                    limit = min(room, max_tokens - stats.generated - 1, self.ctx.n_batch - 1)
+                    limit = min(room, max_tokens - stats.generated - 1, (self.max_verify or self.ctx.n_batch) - 1)
                     k, choose = self._draft_length(limit)
                     outcome = speculate(self.ctx, self.tokens, self.drafter, k, self.rules, choose)
                     yield from self._step_events(reply, outcome, step)

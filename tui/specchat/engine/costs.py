@@ -1,8 +1,12 @@
-"""What the target's verify batches cost, measured once per model, threads and backend, and kept in the user cache.
+"""What the target's verify batches cost, and up to which size they are exact, measured once per model, threads and
+backend, and kept in the user cache.
 
-A sweep decodes dummy batches of growing size at the end of the cache and removes them again (under a second on the
-bundled model). The cache is a JSON file; an entry that is unreadable, impossible or older than ``MAX_AGE_S`` is
-measured again, never trusted.
+A sweep decodes dummy batches of growing size at the end of the cache and removes them again (about a second on the
+bundled model). It also decodes the same tokens one at a time: a batch whose logits differ from those in any bit can
+flip a greedy choice, and llama.cpp's CPU backend computes batches of 64 or more rows with other kernels (on
+SmolLM2-135M Q4_1, 2 threads: identical up to 63 rows, logits up to 1.3 apart at 64). The engine verifies no more
+than the largest exact batch. The cache is a JSON file; an entry that is unreadable, impossible or older than
+``MAX_AGE_S`` is measured again, never trusted.
 """
 
 from __future__ import annotations
@@ -15,35 +19,50 @@ from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
 
+import numpy as np
+
 from .auto import VerifyCost
 from .llama import Context
 
-SIZES = (1, 2, 4, 8, 16, 32, 64)
+SIZES = (1, 2, 4, 8, 16, 32, 48, 63, 64)
 REPEATS_SMALL = 3  # batches up to this size are cheap: take the fastest of a few, the machine is noisy
 SMALL = 4
 MAX_AGE_S = 7 * 24 * 3600
 
 
+def sizes_up_to(largest: int) -> tuple[int, ...]:
+    """The sweep's batch sizes up to ``largest``, which is always included."""
+    return tuple(sorted({b for b in SIZES if b < largest} | {largest}))
+
+
 def measure_verify_cost(ctx: Context, token: int, sizes: tuple[int, ...] = SIZES) -> VerifyCost:
-    """Seconds of a verify batch of each size (logits on every row), measured at the end of the cache and undone."""
+    """Seconds of a verify batch of each size (logits on every row), measured at the end of the cache and undone,
+    and the largest size up to which every measured batch reproduces one-at-a-time decoding exactly."""
     keep = len(ctx.cached)
     sizes = tuple(b for b in sizes if keep + b <= ctx.n_ctx and b <= ctx.n_batch) or (1,)
-    ctx.decode([token], all_logits=True)  # the first decode after a load runs on cold caches
+    reference = []
+    for _ in range(max(sizes)):  # one token at a time: what every batch must reproduce
+        ctx.decode([token])
+        reference.append(ctx.logits()[-1].copy())
     ctx.truncate(keep)
-    seconds = []
+    seconds, exact, still_exact = [], 1, True
     for b in sizes:
         best = math.inf
-        for _ in range(REPEATS_SMALL if b <= SMALL else 1):
+        for repeat in range(REPEATS_SMALL if b <= SMALL else 1):
             start = perf_counter()
             ctx.decode([token] * b, all_logits=True)
-            ctx.logits()
+            rows = ctx.logits()
             best = min(best, perf_counter() - start)
+            if repeat == 0:
+                still_exact = still_exact and np.array_equal(rows, np.stack(reference[:b]))
             ctx.truncate(keep)
         seconds.append(best)
+        if still_exact:
+            exact = b
     # A larger batch never costs less than a smaller one; timer noise can say otherwise at the smallest sizes.
     for i in range(1, len(seconds)):
         seconds[i] = max(seconds[i], seconds[i - 1])
-    return VerifyCost(sizes, tuple(seconds))
+    return VerifyCost(sizes, tuple(seconds), exact)
 
 
 class CostCache:
@@ -56,7 +75,8 @@ class CostCache:
         if cost is not None:
             return cost
         cost = measure()
-        entries[key] = {"sizes": list(cost.sizes), "seconds": list(cost.seconds), "measured": time.time()}
+        entries[key] = {"sizes": list(cost.sizes), "seconds": list(cost.seconds), "exact": cost.exact,
+                        "measured": time.time()}
         self._write(entries)
         return cost
 
@@ -70,15 +90,16 @@ class CostCache:
     def _valid(self, entry: object) -> VerifyCost | None:
         if not isinstance(entry, dict):
             return None
-        sizes, seconds, measured = entry.get("sizes"), entry.get("seconds"), entry.get("measured")
+        sizes, seconds, exact, measured = (entry.get(k) for k in ("sizes", "seconds", "exact", "measured"))
         try:
             fresh = 0 <= time.time() - float(measured) <= self.max_age_s
             sane = (len(sizes) == len(seconds) > 0 and all(isinstance(b, int) and b > 0 for b in sizes)
                     and list(sizes) == sorted(set(sizes))
-                    and all(isinstance(s, float) and 0 < s < 60 and math.isfinite(s) for s in seconds))
+                    and all(isinstance(s, float) and 0 < s < 60 and math.isfinite(s) for s in seconds)
+                    and isinstance(exact, int) and 1 <= exact <= sizes[-1])
         except (TypeError, ValueError):
             return None
-        return VerifyCost(tuple(sizes), tuple(seconds)) if fresh and sane else None
+        return VerifyCost(tuple(sizes), tuple(seconds), exact) if fresh and sane else None
 
     def _write(self, entries: dict) -> None:
         try:

@@ -107,13 +107,24 @@ class NgramDrafter:
         return NO_DRAFT
 
     def _continuation(self, seq: Sequence[int], follows: list[int], n: int, n_max: int, rules: Rules) -> Draft:
-        matches = [(self._match_length(seq, follow, n), follow) for follow in follows]
-        best, follow = max(matches)  # the longest match; the most recent one on a tie
-        tokens = _through_end(seq[follow : follow + n_max], rules)
-        for length, other in matches:
-            if other != follow and length * 2 >= best:  # a rival that matched about as well
-                tokens = tokens[: _agreeing(tokens, seq[other : other + len(tokens)])]
-        return Draft(tokens, match=best) if tokens else NO_DRAFT
+        """What followed the best occurrences of the key: their vote at the first token (ties go to the longer match,
+        then the more recent), then as far as those that agreed go on alike."""
+        matches = sorted(((self._match_length(seq, follow, n), follow) for follow in follows), reverse=True)
+        best = matches[0][0]
+        # Occurrences that matched about as well as the best one; much shorter matches are weaker evidence.
+        group = [follow for length, follow in matches if length * 2 >= best]
+        first = [seq[follow] for follow in group if follow < len(seq)]
+        if not first:
+            return NO_DRAFT
+        token = max(first, key=lambda t: (first.count(t), -first.index(t)))
+        group = [follow for follow in group if follow < len(seq) and seq[follow] == token]
+        tokens = [token]
+        while len(tokens) < n_max and not rules.vocab.is_eog(tokens[-1]):
+            ahead = {seq[follow + len(tokens)] for follow in group if follow + len(tokens) < len(seq)}
+            if len(ahead) != 1:
+                break  # the copies diverge here, or none goes further
+            tokens.append(ahead.pop())
+        return Draft(tokens, match=best)
 
     def _match_length(self, seq: Sequence[int], follow: int, n: int) -> int:
         """How many tokens before ``follow`` equal the tokens at the end of ``seq`` (at least the key's ``n``)."""
@@ -122,22 +133,6 @@ class NgramDrafter:
         while length < limit and seq[follow - 1 - length] == seq[last - length]:
             length += 1
         return length
-
-
-def _agreeing(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens two continuations share (a continuation cut short by the end agrees so far)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return len(a)
-
-
-def _through_end(tokens: Sequence[int], rules: Rules) -> list[int]:
-    """``tokens`` up to and including the first end-of-generation token: nothing after it can be shown."""
-    for i, token in enumerate(tokens):
-        if rules.vocab.is_eog(token):
-            return list(tokens[: i + 1])
-    return list(tokens)
 
 
 Drafter = ModelDrafter | NgramDrafter

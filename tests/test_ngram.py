@@ -1,0 +1,88 @@
+"""Prompt lookup on constructed token streams: which earlier occurrence a draft copies, and where it stops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specchat.engine.drafters import NgramDrafter
+from specchat.engine.loop import Rules
+from specchat.engine.sampling import SamplingParams
+
+EOS = 99
+
+
+class Vocabulary:
+    n_vocab = 100
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOS
+
+
+RULES = Rules(SamplingParams(), np.random.default_rng(0), np.random.default_rng(1), Vocabulary())
+
+
+def draft(seq: list[int], n_max: int = 16, key: tuple[int, int] = (2, 4)):
+    return NgramDrafter(*key).propose(seq, n_max, RULES)
+
+
+def test_draft_copies_what_followed_the_match():
+    seq = [1, 2, 3, 4, 5, 6, 7, 8, 50, 51, 1, 2, 3]
+    d = draft(seq)
+    assert d.tokens == [4, 5, 6, 7, 8, 50, 51, 1, 2, 3]  # up to the end of the conversation
+    assert d.match == 3  # the three tokens before the copy equal the last three
+
+
+def test_no_match_no_draft():
+    assert draft([1, 2, 3, 4, 5, 6]).tokens == []
+
+
+def test_the_most_recent_continuation_wins_among_equal_matches():
+    # "7 8" was followed by 1 first, by 2 later: the latest text is the better guess.
+    seq = [7, 8, 1, 30, 31, 7, 8, 2, 40, 41, 7, 8]
+    assert draft(seq, key=(2, 2)).tokens[0] == 2
+
+
+def test_the_longest_match_wins_over_a_more_recent_shorter_one():
+    # The end "5 6 7 8" matches far back at the first occurrence (12 tokens), only 2 tokens at the later one.
+    first = [20, 21, 22, 23, 24, 25, 26, 27, 5, 6, 7, 8, 60, 61, 62]
+    later = [90, 7, 8, 70, 71]
+    seq = first + later + [20, 21, 22, 23, 24, 25, 26, 27, 5, 6, 7, 8]
+    d = draft(seq, key=(2, 2))
+    assert d.tokens[:3] == [60, 61, 62] and d.match == 12
+
+
+def test_the_draft_stops_where_equally_good_copies_diverge():
+    # Two earlier copies of "1 2 3 4" went on alike for two tokens, then differently: beyond that nothing is known.
+    seq = [1, 2, 3, 4, 10, 11, 12, 13, 9, 1, 2, 3, 4, 10, 11, 55, 56, 9, 1, 2, 3, 4]
+    d = draft(seq)
+    assert d.tokens == [10, 11]
+
+
+def test_a_much_weaker_rival_does_not_cut_the_draft():
+    # The long match (12 tokens) is trusted over a rival that matched only the 4-token key.
+    long_copy = [30, 31, 32, 33, 34, 35, 36, 37, 1, 2, 3, 4, 10, 11, 12, 13]
+    rival = [80, 1, 2, 3, 4, 50, 51]
+    seq = long_copy + rival + [30, 31, 32, 33, 34, 35, 36, 37, 1, 2, 3, 4]
+    assert draft(seq).tokens[:4] == [10, 11, 12, 13]
+
+
+def test_a_draft_ends_with_the_first_end_of_generation_token():
+    seq = [1, 2, 3, 4, 5, EOS, 6, 7, 1, 2, 3]
+    assert draft(seq).tokens == [4, 5, EOS]
+
+
+def test_index_grows_incrementally_and_starts_over_when_the_text_changes():
+    drafter = NgramDrafter(2, 4)
+    seq = [1, 2, 3, 4, 5, 6]
+    assert drafter.propose(seq, 8, RULES).tokens == []
+    seq += [1, 2]
+    assert drafter.propose(seq, 8, RULES).tokens == [3, 4, 5, 6, 1, 2]
+    drafter.reset()
+    assert drafter.propose([9, 9, 1, 2], 8, RULES).tokens == []
+
+
+@pytest.mark.parametrize("n_max", [1, 4, 64])
+def test_drafts_are_never_longer_than_asked(n_max):
+    seq = list(range(1, 90)) + list(range(1, 10))
+    assert len(draft(seq, n_max=n_max).tokens) <= n_max
