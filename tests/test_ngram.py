@@ -86,3 +86,28 @@ def test_index_grows_incrementally_and_starts_over_when_the_text_changes():
 def test_drafts_are_never_longer_than_asked(n_max):
     seq = list(range(1, 90)) + list(range(1, 10))
     assert len(draft(seq, n_max=n_max).tokens) <= n_max
+
+
+def test_a_remembered_reply_drafts_in_a_later_conversation():
+    drafter = NgramDrafter(2, 4)
+    drafter.remember([40, 41, 1, 2, 3, 4, 5, 6, 7])  # the text before an earlier reply, and the reply
+    drafter.reset()  # a new conversation: what was remembered stays
+    d = drafter.propose([9, 41, 1, 2, 3], 16, RULES)
+    assert d.tokens == [4, 5, 6, 7] and d.match == 4
+    drafter.forget()
+    assert drafter.propose([9, 41, 1, 2, 3], 16, RULES).tokens == []
+
+
+def test_the_conversation_wins_over_memory_on_an_equal_match():
+    drafter = NgramDrafter(2, 2)
+    drafter.remember([1, 2, 50, 51])
+    assert drafter.propose([1, 2, 60, 61, 1, 2], 4, RULES).tokens == [60, 61, 1, 2]
+
+
+def test_memory_is_bounded():
+    drafter = NgramDrafter(2, 4)
+    for start in range(0, 3 * NgramDrafter.MEMORY_TOKENS, 1000):
+        drafter.remember(list(range(start, start + 1000)))
+    assert drafter.remembered < NgramDrafter.MEMORY_TOKENS
+    assert drafter.propose([5, 3 * NgramDrafter.MEMORY_TOKENS - 10, 3 * NgramDrafter.MEMORY_TOKENS - 9], 4,
+                           RULES).tokens == [3 * NgramDrafter.MEMORY_TOKENS - 8 + i for i in range(4)]

@@ -51,8 +51,9 @@ class Backend(Protocol):
     def render(self, messages: list[Message]) -> str:
         """The text the target reads for ``messages`` followed by the assistant's turn (its chat template)."""
 
-    def clear_cache(self) -> None:
-        """Forget cached prompts, so the next reply decodes its whole prompt (benchmarks time cold prompts)."""
+    def clear_cache(self, *, replies: bool = False) -> None:
+        """Forget cached prompts, so the next reply decodes its whole prompt (benchmarks time cold prompts); with
+        ``replies``, also the earlier replies a backend may draft from."""
 
     def model_files(self) -> dict[str, Path]:
         """Role ("target", "draft") → the model file in use."""

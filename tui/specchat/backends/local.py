@@ -71,8 +71,8 @@ class LocalBackend:
         return self.engine.template.render([{"role": m.role, "content": m.content} for m in messages],
                                            add_generation_prompt=True)
 
-    def clear_cache(self) -> None:
-        self.engine.clear_cache()
+    def clear_cache(self, *, replies: bool = False) -> None:
+        self.engine.clear_cache(replies=replies)
 
     def model_files(self) -> dict[str, Path]:
         files = {"target": self.engine.target.path}

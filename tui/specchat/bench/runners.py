@@ -57,10 +57,15 @@ def _vram(pid: int | None = None) -> int | None:
 
 
 class SpecchatRunner:
-    """One backend, switched between the profile's speculation and plain decoding without reloading anything."""
+    """One backend, switched between the profile's speculation and plain decoding without reloading anything.
 
-    def __init__(self, config: EngineConfig) -> None:
+    ``warm``: the n-gram drafter also remembers the replies of earlier runs (the same task's included), as llama-server's
+    ngram-mod does; otherwise each run starts from its task's conversation alone, as a first answer would.
+    """
+
+    def __init__(self, config: EngineConfig, *, warm: bool = False) -> None:
         self.backend = open_backend(config)
+        self.warm = warm
         self.configs = {
             "spec": config,
             "none": dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")),
@@ -81,7 +86,7 @@ class SpecchatRunner:
     def run(self, task: Task, mode: str, rep: int) -> RunResult:
         backend = self.backend
         backend.apply(self.configs[mode])
-        backend.clear_cache()
+        backend.clear_cache(replies=not self.warm)
         tokens: list[int] = []
         finished: ReplyFinished | None = None
         for event in backend.answer(self.messages_for(task), task.prompt, max_tokens=task.max_tokens):
@@ -163,26 +168,43 @@ def _free_port() -> int:
 
 
 class LlamaServerRunner:
-    """llama.cpp's native ``llama-server`` with one ``--spec-type``, on a loopback port, driven over HTTP."""
+    """llama.cpp's native ``llama-server`` with one ``--spec-type``, on a loopback port, driven over HTTP.
 
-    def __init__(self, binary: str, spec_type: str, config: EngineConfig, draft: Path | None, n_max: int) -> None:
+    Some types keep what they saw across requests (ngram-mod's hash map, ngram-cache): unless ``warm``, the server is
+    started afresh before each run, so every run is a first answer, as specchat's are then.
+    """
+
+    def __init__(self, binary: str, spec_type: str, config: EngineConfig, draft: Path | None, n_max: int, *,
+                 warm: bool = False) -> None:
         self.label = f"llama-server {spec_type}"
+        self.warm = warm
         resolved = shutil.which(binary) or (binary if Path(binary).is_file() else None)
         if resolved is None:
             raise PeerError(f"{self.label}: binary {binary!r} not found — build it (see README) or pass its path")
         self.port = _free_port()
-        args = [resolved, "-m", str(config.target.path), "--host", "127.0.0.1", "--port", str(self.port),
-                "-t", str(config.target.threads), "-c", str(config.n_ctx), "-np", "1", "--spec-type", spec_type,
-                "--spec-draft-n-max", str(n_max)]
+        self.args = [resolved, "-m", str(config.target.path), "--host", "127.0.0.1", "--port", str(self.port),
+                     "-t", str(config.target.threads), "-c", str(config.n_ctx), "-np", "1", "--spec-type", spec_type,
+                     "--spec-draft-n-max", str(n_max)]
         if spec_type == "draft-simple":
-            args += ["-md", str(draft), "-td", str(config.target.threads)]
+            self.args += ["-md", str(draft), "-td", str(config.target.threads)]
         self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
-        try:
-            self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        except OSError as exc:
-            raise PeerError(f"{self.label}: cannot start {resolved}: {exc.strerror}") from None
         self.config = config
+        self._start()
+
+    def _start(self) -> None:
+        try:
+            self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise PeerError(f"{self.label}: cannot start {self.args[0]}: {exc.strerror}") from None
         self._wait_ready(timeout=120)
+
+    def _stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
     def _last_log_line(self) -> str:
         self.log.flush()
@@ -209,6 +231,9 @@ class LlamaServerRunner:
         return self.label
 
     def run(self, task: Task, rep: int, prompt: str) -> RunResult:
+        if not self.warm:
+            self._stop()
+            self._start()
         sampling = self.config.sampling
         body = json.dumps({
             "prompt": prompt, "n_predict": task.max_tokens, "temperature": sampling.temperature,
@@ -241,11 +266,6 @@ class LlamaServerRunner:
         )
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        self._stop()
         self.log.close()
         Path(self.log.name).unlink(missing_ok=True)

@@ -28,6 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", type=Path, dest="json_out", help="write every raw figure to this JSON file")
     parser.add_argument("--plot", type=Path, help="write a plot of tok/s and acceptance (.png or .svg)")
     parser.add_argument(
+        "--memory", choices=("cold", "warm"), default="cold",
+        help="cold (default): every run is a first answer — specchat's n-gram drafter knows only the task's "
+        "conversation and llama-server restarts before each run; warm: both remember earlier runs, the same task's "
+        "included (llama-server's ngram-mod keeps its map across requests), as when asking again or regenerating",
+    )
+    parser.add_argument(
         "--peers", default="",
         help="comma-separated: llama-cpp-python, lookup (llama-cpp-python prompt lookup), llama-server[=PATH] "
         f"(runs --spec-type {', '.join(LLAMA_SERVER_TYPES)}), or all",
@@ -99,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no valid task to run — fix the task file")
 
     runs: list[RunResult] = []
-    specchat = SpecchatRunner(config)
+    warm = args.memory == "warm"
+    specchat = SpecchatRunner(config, warm=warm)
     try:
         for i, task in enumerate(tasks, start=1):
             _progress(f"[{i}/{len(tasks)}] {task.name} — {task.kind or 'task'}")
@@ -122,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
                 if spec_type == "draft-simple" and draft_path is None:
                     errors.append("llama-server draft-simple skipped: the profile has no draft model")
                     continue
-                factory = lambda t=spec_type, b=binary: LlamaServerRunner(b, t, config, draft_path, n_max)  # noqa: E731
+                def factory(spec_type: str = spec_type, binary: str = binary) -> LlamaServerRunner:
+                    return LlamaServerRunner(binary, spec_type, config, draft_path, n_max, warm=warm)
+
                 with _opened(factory, errors) as server:
                     if server is None:
                         break  # a binary that is missing or cannot start fails every type alike: one line is enough
@@ -142,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                  "target": str(config.target.path), "draft": str(draft_path) if draft_path else None,
                  "temperature": config.sampling.temperature},
         settings={"repeat": args.repeat, "tasks": str(args.tasks) if args.tasks else "bundled",
-                  "peers": [p for p, _ in peers]},
+                  "peers": [p for p, _ in peers], "memory": args.memory},
         errors=errors, greedy=config.sampling.greedy,
     )
     print(reporting.table(report))

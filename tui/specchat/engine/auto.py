@@ -137,9 +137,11 @@ class AutoDraftLength:
 
 
 # Prompt lookup: how likely a draft is right depends mostly on how far back the text before it matches the earlier text
-# it copies (a long match means the reply is copying). Each class of match length learns its own acceptance, starting
-# from a prior that trusts longer matches more: (shortest match of the class, (accepted, rejected) pseudo-counts).
-MATCH_CLASSES = ((0, (1.0, 2.0)), (4, (2.0, 2.0)), (8, (4.0, 1.0)), (16, (9.0, 1.0)), (32, (19.0, 1.0)))
+# it copies (a long match means the reply is copying, and copies tend to go on). Each class of match length learns its
+# own acceptance, starting from a prior that trusts longer matches more: (shortest match of the class, (accepted,
+# rejected) pseudo-counts).
+MATCH_CLASSES = ((0, (1.0, 2.0)), (4, (2.0, 2.0)), (8, (4.0, 1.0)), (16, (9.0, 1.0)), (32, (19.0, 1.0)),
+                 (64, (49.0, 1.0)), (128, (99.0, 1.0)))
 
 
 class MatchClasses:

@@ -45,6 +45,7 @@ __all__ = ["Engine", "Message"]
 
 PLAIN_RATE_TOKENS = 32  # tokens of the plain run that gives "vs plain" its reference
 AUTO_K_MAX = {"draft": 16, "ngram": 64}  # longest draft "auto" considers: model drafts cost per token, n-grams not
+RECALL_CONTEXT = 32  # prompt tokens remembered before each reply, so asking again matches them
 
 
 @dataclass
@@ -71,6 +72,7 @@ class Engine:
             raise
         self.chat = Conversation(self._target.model, self._target.template)
         self._learned: dict[tuple[SpecConfig, object], AutoDraftLength | MatchClasses] = {}
+        self._ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
         self._configure_speculation()
         self.new_chat()
 
@@ -141,6 +143,7 @@ class Engine:
             self.close()
             self._target, self._draft, self.config = target, draft, config
             self._learned.clear()  # what was learned about the old target means nothing for the new one
+            self._ngram.forget()  # nor are its token ids the new target's
             messages = [Message(m.role, m.content, None, m.finish_reason) for m in self.messages]
             self.chat = Conversation(target.model, target.template)
             self._configure_speculation()
@@ -171,7 +174,8 @@ class Engine:
 
     def _configure_speculation(self) -> None:
         spec, sampling = self.config.spec, self.config.sampling
-        self._ngram = NgramDrafter(spec.ngram_min, spec.ngram_max)
+        if self._ngram.sizes != range(spec.ngram_max, spec.ngram_min - 1, -1):
+            self._ngram = NgramDrafter(spec.ngram_min, spec.ngram_max)
         self._auto = None
         self._verify = None
         if spec.method != "none":
@@ -255,11 +259,14 @@ class Engine:
             self._ngram.reset()
         self.chat.tokens, self.chat.rendered = tokens, rendered
 
-    def clear_cache(self) -> None:
-        """Empty the KV caches, so the next reply decodes its whole prompt (benchmarks time cold prompts)."""
+    def clear_cache(self, *, replies: bool = False) -> None:
+        """Empty the KV caches, so the next reply decodes its whole prompt (benchmarks time cold prompts); with
+        ``replies``, forget the replies the n-gram drafter remembers from earlier conversations too."""
         self.ctx.truncate(0)
         if self._draft is not None:
             self._draft.ctx.truncate(0)
+        if replies:
+            self._ngram.forget()
 
     def truncate_cache(self, n_keep: int) -> None:
         """Keep only the first ``n_keep`` cached tokens (an A/B rerun starts from the cache state of the reply it
@@ -313,6 +320,7 @@ class Engine:
                            speculation_reason=state.reason, n_max=self.n_max, adaptive=cfg.spec.adaptive,
                            prompt_tokens=len(prompt), n_ctx=cfg.n_ctx)
         reused = min(common_prefix(self.ctx.cached, prompt), len(prompt) - 1)
+        recall = prompt[-RECALL_CONTEXT:]  # a copy: ``prompt`` becomes the conversation and grows with the reply
         # The user's message is part of the conversation from here on, whatever happens to the reply.
         self.chat.messages = [*history, user]
         self._adopt(prompt, rendered)
@@ -360,6 +368,8 @@ class Engine:
             stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
             self.chat.messages.append(Message("assistant", text, list(reply.tokens), finish))
             self.chat.rendered += text
+            if reply.tokens:  # drafts for asking again, regenerating, an A/B rerun
+                self._ngram.remember(recall + reply.tokens)
             stats.context_used = len(self.tokens)
             stats.t_total = perf_counter() - started
         yield ReplyFinished(text, finish, stats)

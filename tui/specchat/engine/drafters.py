@@ -68,69 +68,111 @@ class ModelDrafter:
         return Draft(tokens, None if sampling.greedy else qs)
 
 
-class NgramDrafter:
-    """Prompt lookup over the whole conversation: the reply is drafted from what followed the same text earlier.
+class _Index:
+    """The n-grams of one token sequence, each with the positions that followed its most recent occurrences."""
 
-    Every n-gram of sizes ``key_min..key_max`` is indexed incrementally with the positions that followed its most
-    recent occurrences, so a proposal costs a few lookups, never a rescan. A proposal takes the longest key the
-    sequence ends with; among that key's occurrences, the one whose match reaches furthest back (the most recent on
-    a tie), and drafts what followed it — cut where another occurrence that matched about as well went on
-    differently, since the copies diverge there. ``Draft.match`` is how many tokens the match reached back: a long
-    match means the reply is copying, and "auto" trusts such drafts more.
-    """
-
-    blocked = ""
     OCCURRENCES = 8  # occurrences kept per key: the most recent ones
-    MAX_MATCH = 64  # how far back a match is followed
 
-    def __init__(self, key_min: int = 2, key_max: int = 4) -> None:
-        self.sizes = range(key_max, key_min - 1, -1)
-        self.reset()
+    def __init__(self, sizes: range) -> None:
+        self.sizes = sizes
+        self.follows: dict[tuple[int, ...], list[int]] = {}
+        self.indexed = 0  # n-grams ending before this position are in the index
 
-    def reset(self) -> None:
-        self._index: dict[tuple[int, ...], list[int]] = {}
-        self._indexed = 0  # n-grams ending before this position are in the index
-
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
-        end = len(seq) - 1  # the n-gram ending at the last token is the key; only earlier ones may answer it
-        for stop in range(self._indexed, end):
+    def extend(self, seq: Sequence[int], end: int) -> None:
+        """Index the n-grams of ``seq`` that end before ``end``."""
+        for stop in range(self.indexed, end):
             for n in self.sizes:
                 if stop + 1 >= n:
-                    follows = self._index.setdefault(tuple(seq[stop + 1 - n : stop + 1]), [])
+                    follows = self.follows.setdefault(tuple(seq[stop + 1 - n : stop + 1]), [])
                     follows.append(stop + 1)
                     if len(follows) > self.OCCURRENCES:
                         del follows[0]
-        self._indexed = max(self._indexed, end)
+        self.indexed = max(self.indexed, end)
+
+
+class NgramDrafter:
+    """Prompt lookup: the reply is drafted from what followed the same text earlier in the conversation, or in replies
+    remembered from earlier conversations of this session (asking again, regenerating, an A/B rerun).
+
+    The n-grams of sizes ``key_min..key_max`` are indexed incrementally, so a proposal costs a few lookups, never a
+    rescan. A proposal takes the longest key the conversation ends with; among that key's occurrences, those whose
+    match reaches about as far back as the best one vote on the first token (ties go to the longer match, the current
+    conversation, the more recent), and the draft goes on as far as the occurrences that agreed go on alike — it stops
+    where the copies diverge. ``Draft.match`` is how many tokens the match reached back: a long match means the reply
+    is copying, and "auto" trusts such drafts more.
+    """
+
+    blocked = ""
+    MAX_MATCH = 256  # how far back a match is followed
+    MEMORY_TOKENS = 65_536  # remembered tokens at most; the oldest half goes when it is full
+    SEPARATOR = -1  # between remembered sequences: no token matches it
+
+    def __init__(self, key_min: int = 2, key_max: int = 4) -> None:
+        self.sizes = range(key_max, key_min - 1, -1)
+        self._memory: list[int] = []
+        self._recall = _Index(self.sizes)
+        self.reset()
+
+    def reset(self) -> None:
+        """Start over with a new conversation (what is remembered stays)."""
+        self._conversation = _Index(self.sizes)
+
+    def forget(self) -> None:
+        """Forget the remembered replies too."""
+        self._memory, self._recall = [], _Index(self.sizes)
+        self.reset()
+
+    @property
+    def remembered(self) -> int:
+        """Tokens kept from earlier conversations."""
+        return len(self._memory)
+
+    def remember(self, tokens: Sequence[int]) -> None:
+        """Keep ``tokens`` (a reply and the text just before it) for drafting in later conversations."""
+        if len(self._memory) + len(tokens) >= self.MEMORY_TOKENS:
+            self._memory, self._recall = self._memory[len(self._memory) // 2 :], _Index(self.sizes)
+        self._memory += [self.SEPARATOR, *tokens]
+        self._recall.extend(self._memory, len(self._memory))
+
+    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
+        # The n-gram ending at the last token is the key: only earlier ones may answer it.
+        self._conversation.extend(seq, len(seq) - 1)
         for n in self.sizes:
-            if len(seq) > n and (follows := self._index.get(tuple(seq[len(seq) - n :]))):
-                return self._continuation(seq, follows, n, n_max, rules)
+            if len(seq) <= n:
+                continue
+            key = tuple(seq[len(seq) - n :])
+            occurrences = ([(seq, follow, 1) for follow in self._conversation.follows.get(key, ())]
+                           + [(self._memory, follow, 0) for follow in self._recall.follows.get(key, ())])
+            if occurrences:
+                return self._continuation(seq, occurrences, n, n_max, rules)
         return NO_DRAFT
 
-    def _continuation(self, seq: Sequence[int], follows: list[int], n: int, n_max: int, rules: Rules) -> Draft:
-        """What followed the best occurrences of the key: their vote at the first token (ties go to the longer match,
-        then the more recent), then as far as those that agreed go on alike."""
-        matches = sorted(((self._match_length(seq, follow, n), follow) for follow in follows), reverse=True)
-        best = matches[0][0]
+    def _continuation(self, seq: Sequence[int], occurrences: list[tuple[Sequence[int], int, int]], n: int, n_max: int,
+                      rules: Rules) -> Draft:
+        ranked = sorted(((self._match_length(seq, source, follow, n), current, follow, source)
+                         for source, follow, current in occurrences), key=lambda m: m[:3], reverse=True)
+        best = ranked[0][0]
         # Occurrences that matched about as well as the best one; much shorter matches are weaker evidence.
-        group = [follow for length, follow in matches if length * 2 >= best]
-        first = [seq[follow] for follow in group if follow < len(seq)]
-        if not first:
+        group = [(source, follow) for length, _, follow, source in ranked if length * 2 >= best and follow < len(source)]
+        if not group:
             return NO_DRAFT
+        first = [source[follow] for source, follow in group]
         token = max(first, key=lambda t: (first.count(t), -first.index(t)))
-        group = [follow for follow in group if follow < len(seq) and seq[follow] == token]
+        group = [(source, follow) for source, follow in group if source[follow] == token]
         tokens = [token]
         while len(tokens) < n_max and not rules.vocab.is_eog(tokens[-1]):
-            ahead = {seq[follow + len(tokens)] for follow in group if follow + len(tokens) < len(seq)}
-            if len(ahead) != 1:
+            i = len(tokens)
+            ahead = {source[follow + i] for source, follow in group if follow + i < len(source)}
+            if len(ahead) != 1 or self.SEPARATOR in ahead:
                 break  # the copies diverge here, or none goes further
             tokens.append(ahead.pop())
         return Draft(tokens, match=best)
 
-    def _match_length(self, seq: Sequence[int], follow: int, n: int) -> int:
-        """How many tokens before ``follow`` equal the tokens at the end of ``seq`` (at least the key's ``n``)."""
+    def _match_length(self, seq: Sequence[int], source: Sequence[int], follow: int, n: int) -> int:
+        """How many tokens before ``follow`` in ``source`` equal the end of ``seq`` (at least the key's ``n``)."""
         last, length = len(seq) - 1, n
-        limit = min(self.MAX_MATCH, follow)
-        while length < limit and seq[follow - 1 - length] == seq[last - length]:
+        limit = min(self.MAX_MATCH, follow, len(seq))
+        while length < limit and source[follow - 1 - length] == seq[last - length]:
             length += 1
         return length
 
