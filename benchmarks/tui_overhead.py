@@ -151,6 +151,29 @@ def app_in_terminal(profile: str, tokens: int, tmp: Path) -> float:
     return in_tmux(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}", stored_tps)
 
 
+def alternate(baseline: Callable[[], float], candidate: Callable[[], float], repeat: int,
+              names: tuple[str, str]) -> list[tuple[float, float]]:
+    """``repeat`` pairs of (baseline, candidate) decode rates, the order swapped every other pair."""
+    pairs = []
+    for rep in range(repeat):
+        if rep % 2:
+            other, bare = candidate(), baseline()
+        else:
+            bare, other = baseline(), candidate()
+        pairs.append((bare, other))
+        print(f"run {rep + 1}: {names[0]} {bare:.1f} tok/s, {names[1]} {other:.1f} tok/s", flush=True)
+        time.sleep(0.5)
+    return pairs
+
+
+def report(pairs: list[tuple[float, float]], profile: str, tokens: int, names: tuple[str, str]) -> str:
+    ratios = [u / b for b, u in pairs]
+    q1, median, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+    return (f"profile {profile}, {tokens} tokens: {names[0]} {statistics.median(b for b, _ in pairs):.1f} tok/s, "
+            f"{names[1]} {statistics.median(u for _, u in pairs):.1f} tok/s; {names[1]} / {names[0]} = {median:.3f} "
+            f"(median of {len(pairs)} pairs, quartiles {q1:.3f}–{q3:.3f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="tiny")
@@ -158,30 +181,18 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--driver", choices=("tmux", "headless"), default="tmux" if shutil.which("tmux") else "headless")
     args = parser.parse_args()
-    pairs = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.driver == "tmux":
-            baseline_name, app_name = "specchat ask (tmux)", "app (tmux)"
+            names = ("specchat ask (tmux)", "app (tmux)")
             baseline = lambda: ask_in_terminal(args.profile, args.tokens)  # noqa: E731
             app = lambda: app_in_terminal(args.profile, args.tokens, Path(tmp))  # noqa: E731
         else:
-            baseline_name, app_name = "engine, no output", "app (headless driver)"
+            names = ("engine, no output", "app (headless driver)")
             baseline = lambda: in_fresh_process("headless", args.profile, args.tokens, tmp)  # noqa: E731
             app = lambda: in_fresh_process("app", args.profile, args.tokens, tmp)  # noqa: E731
         in_fresh_process("headless", args.profile, 16, tmp)  # warm-up: file caches, the embedded draft
-        for rep in range(args.repeat):
-            if rep % 2:
-                ui, bare = app(), baseline()
-            else:
-                bare, ui = baseline(), app()
-            pairs.append((bare, ui))
-            print(f"run {rep + 1}: {baseline_name} {bare:.1f} tok/s, {app_name} {ui:.1f} tok/s", flush=True)
-            time.sleep(0.5)
-    ratios = [u / b for b, u in pairs]
-    q1, median, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
-    print(f"profile {args.profile}, {args.tokens} tokens: {baseline_name} {statistics.median(b for b, _ in pairs):.1f} "
-          f"tok/s, {app_name} {statistics.median(u for _, u in pairs):.1f} tok/s; app / baseline = {median:.3f} "
-          f"(median of {len(pairs)} pairs, quartiles {q1:.3f}–{q3:.3f})")
+        pairs = alternate(baseline, app, args.repeat, names)
+    print(report(pairs, args.profile, args.tokens, names))
 
 
 if __name__ == "__main__":

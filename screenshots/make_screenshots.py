@@ -1,4 +1,5 @@
-"""Screenshots of the app's main states from a real run of the bundled model pair: SVG (Textual) and PNG.
+"""Screenshots of the app's main states from a real run of the bundled model pair: SVG (Textual) and PNG; and of
+``specchat repl`` in a real terminal (a tmux pane, read back with its colours).
 
 The PNGs are drawn cell by cell from the SVG (``terminal_png``), so they look like the terminal.
 
@@ -8,10 +9,16 @@ The PNGs are drawn cell by cell from the SVG (``terminal_png``), so they look li
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.text import Text
 from terminal_png import svg_to_png
 
 from specchat.app.chat_app import make_app
@@ -70,5 +77,49 @@ async def main() -> None:
             save(app, "narrow")
 
 
+def repl() -> None:
+    """Two turns and a slash command in ``specchat repl``, captured from tmux with their escapes."""
+    session, size = f"specchat-shot-{os.getpid()}", (120, 26)
+    with tempfile.TemporaryDirectory() as tmp:
+        command = f"env XDG_DATA_HOME={tmp} {shlex.quote(sys.executable)} -m specchat repl --max-tokens 60; sleep 600"
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), command],
+                       check=True)
+
+        def screen(*flags: str) -> str:
+            return subprocess.run(["tmux", "capture-pane", "-p", *flags, "-t", session], capture_output=True,
+                                  text=True, check=True).stdout
+
+        def wait_for(text: str, count: int = 1) -> None:
+            deadline = time.monotonic() + 120
+            while screen().count(text) < count:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the REPL did not show {text!r}:\n{screen()}")
+                time.sleep(0.2)
+
+        def type_line(text: str) -> None:
+            subprocess.run(["tmux", "send-keys", "-t", session, "-l", text], check=True)
+            subprocess.run(["tmux", "send-keys", "-t", session, "Enter"], check=True)
+
+        try:
+            wait_for("/help for commands")
+            type_line("List three uses of a paperclip.")
+            wait_for("tok/s · TTFT")
+            type_line("/profile ngram")
+            wait_for("profile ngram:")
+            type_line("Name two planets.")
+            wait_for("tok/s · TTFT", 2)
+            subprocess.run(["tmux", "send-keys", "-t", session, "-l", "/pro"], check=True)
+            time.sleep(1)  # the completion menu
+            console = Console(width=size[0], record=True, file=open(os.devnull, "w"), color_system="truecolor")
+            console.print(Text.from_ansi(screen("-e")), end="", soft_wrap=True)
+            svg = HERE / "repl.svg"
+            svg.write_text(console.export_svg(title="specchat repl"))
+            svg_to_png(svg, HERE / "repl.png")
+            print("wrote repl.svg and repl.png")
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
 if __name__ == "__main__":
     asyncio.run(main())
+    repl()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import llama_cpp
 import pytest
 
+from specchat import paths
+from specchat.app.settings import Settings
 from specchat.profiles import embedded
 from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
 from specchat.engine.core import Engine
@@ -23,6 +27,7 @@ from specchat.engine.events import (
 from specchat.engine.sampling import SamplingParams
 
 THREADS = 2
+REAL_CACHE = paths.cache_dir()  # taken at import, before any test points HOME elsewhere
 
 
 @pytest.fixture
@@ -42,6 +47,23 @@ def target_path() -> Path:
 @pytest.fixture(scope="session")
 def draft_path() -> Path:
     return embedded.draft_path()
+
+
+@pytest.fixture
+def user_cache(tmp_path, draft_path) -> Path:
+    """The isolated user cache with the session's embedded draft in it (instead of deriving it again)."""
+    cache = tmp_path / "home" / ".cache" / "specchat"
+    cache.mkdir(parents=True)
+    for f in draft_path.parent.glob(draft_path.name + "*"):
+        shutil.copy(f, cache / f.name)
+    return cache
+
+
+@pytest.fixture
+def settings(tmp_path, user_cache) -> Settings:
+    """The app's settings for a test: its database, keymap and exports in the test's folder."""
+    return Settings(db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml", exports=tmp_path / "exports",
+                    max_tokens=48)
 
 
 @dataclass
@@ -101,3 +123,19 @@ def make_engine(target_path: Path, draft_path: Path) -> Iterator[EngineFactory]:
     yield factory
     for engine in engines:
         engine.close()
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    """A llama-server built from the same llama.cpp sources as the in-process engine: $SPECCHAT_LLAMA_SERVER, one on
+    PATH, or built once into the user cache by the project's own ``specchat server build`` (about 6 min on 2 cores)."""
+    from specchat.backends.server_build import build, find_server
+    from specchat.errors import ConfigError
+
+    built = REAL_CACHE / f"llama.cpp-{llama_cpp.__version__}" / "bin"  # where `specchat server build` puts it
+    try:
+        return find_server()
+    except ConfigError:
+        if (built / "llama-server").is_file():
+            return built / "llama-server"
+        return build(out=built, progress=lambda _line: None) / "llama-server"

@@ -13,7 +13,6 @@ from textual.widgets._markdown import MarkdownFence
 
 from specchat.app.chat_app import SpecchatApp, make_app
 from specchat.app.screens import ABScreen, HelpScreen, ProfileScreen
-from specchat.app.settings import Settings
 from specchat.app.widgets.prompt import PromptInput
 from specchat.app.widgets.reply import ProvenanceLines, ReplyView, provenance_text
 from specchat.engine.events import TokenEmitted, TokenKind
@@ -23,17 +22,6 @@ SIZE = (140, 45)
 
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
-
-
-@pytest.fixture
-def settings(tmp_path, draft_path, monkeypatch) -> Settings:
-    # The embedded draft lives in the user cache; reuse the session's copy instead of deriving it again.
-    cache = tmp_path / "home" / ".cache" / "specchat"
-    cache.mkdir(parents=True)
-    for f in draft_path.parent.glob(draft_path.name + "*"):
-        shutil.copy(f, cache / f.name)
-    return Settings(db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml", exports=tmp_path / "exports",
-                    max_tokens=48)
 
 
 async def wait_until(pilot, condition, timeout: float = 60.0) -> None:
@@ -268,13 +256,17 @@ async def test_message_larger_than_the_context_is_refused_with_a_message(setting
         assert (await ask(pilot, "Hi")).segments  # the chat goes on
 
 
-async def test_corrupt_database_keeps_chatting_in_memory(settings):
-    settings.db_path.write_bytes(b"this is not a sqlite database" * 100)
+async def test_a_damaged_database_is_kept_aside_and_a_new_one_saves_the_chat(settings):
+    damaged = b"this is not a sqlite database" * 100
+    settings.db_path.write_bytes(damaged)
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
-        assert app.conversation.store is None
-        assert any("chatting in memory, nothing is saved" in str(n.message) for n in app._notifications)
-        assert (await ask(pilot, "Hello?")).segments
+        (aside,) = settings.db_path.parent.glob("chats.sqlite3.damaged-*")
+        assert aside.read_bytes() == damaged  # kept as it was, for recovery
+        notices = [str(n.message) for n in app._notifications]
+        assert any(str(settings.db_path) in n and str(aside) in n and ".recover" in n for n in notices), notices
+        reply = await ask(pilot, "Hello?")
+    assert Store(settings.db_path).messages(1)[1].content == reply.text  # the new database saves the chat
 
 
 async def test_unwritable_database_location(settings, tmp_path):
@@ -450,6 +442,9 @@ async def test_quitting_while_a_reply_streams_saves_the_partial_reply(settings):
         await start_long_reply(pilot)
         chat = app.conversation.id
         await pilot.press("ctrl+q")
+    # The engine's step in progress ended and the models were freed before the app returned: a model freed by the
+    # interpreter's shutdown under a step still decoding on a daemon thread is a segfault (exit 139, seen once).
+    assert not app.engine_thread.is_alive() and app.backend.engine.ctx.ptr is None
     stored = Store(settings.db_path).messages(chat)
     assert [m.role for m in stored] == ["user", "assistant"]
     assert stored[-1].finish_reason == "interrupted" and len(stored[-1].segments) >= 8
@@ -625,3 +620,42 @@ async def test_the_plain_reference_is_measured_through_the_engines_own_loop(sett
         app.start_load(str(profile))  # another target: the old reference means nothing for it
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "other")
         assert "plain run" in t.plain_source and t.plain_tps
+
+
+# -- llama.cpp's server as the backend (issue #13) -----------------------------------------------------------------
+
+
+async def test_the_chat_through_a_managed_llama_server(settings, llama_server, monkeypatch):
+    """server-tiny: colours from the server's counters, the sidebar names the server, a server killed mid-reply
+    leaves the partial reply (marked) and the next message starts it again, and quitting stops it."""
+    import os
+    import signal
+
+    from specchat.backends.server_build import ENV
+
+    monkeypatch.setenv(ENV, str(llama_server))
+    settings.profile = "server-tiny"
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        view = await ask(pilot, "List five countries in Europe and their capitals.")
+        assert {"accepted", "corrected"} <= {kind for _, kind in view.segments}
+        pid = app.backend.pid
+        assert f"llama-server pid {pid}" in sidebar_text(app)
+        await pilot.press("ctrl+g")  # ghosts: the server only counts rejected drafts, and the app says so
+        assert any("never which" in str(n.message) for n in app._notifications)
+        await start_long_reply(pilot)
+        os.kill(pid, signal.SIGKILL)
+        await wait_until(pilot, lambda: app.busy is None)
+        assert app._last_reply.finish_reason == "error" and len(app._last_reply.segments) >= 8
+        assert any("stopped in the middle of the reply" in str(n.message) for n in app._notifications)
+        again = await ask(pilot, "Hello again.")
+        assert again.finish_reason in ("stop", "length") and app.backend.pid != pid
+        running = app.backend.pid
+    for _ in range(100):  # the engine thread closes the backend as the app ends
+        try:
+            os.kill(running, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the managed llama-server outlived the app")

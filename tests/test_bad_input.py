@@ -15,9 +15,10 @@ from specchat.engine.core import Engine
 from specchat.errors import ConfigError, IncompatibleDraftError, ModelError
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``specchat`` as a user runs it; nothing is piped in unless ``stdin`` says what."""
     return subprocess.run([sys.executable, "-m", "specchat", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, input=stdin if stdin is not None else "")
 
 
 def assert_one_clear_line(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
@@ -99,8 +100,8 @@ def test_context_too_small_for_the_prompt(tmp_path, target_path):
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--n-max", "0"], "n_max = 0 is impossible: expected an integer ≥ 1"),
-        (["--temperature", "-1"], "temperature = -1.0 is impossible: expected a number ≥ 0"),
+        (["--n-max", "0"], "n_max = 0 is impossible: expected an integer from 1 to 256"),
+        (["--temperature", "-1"], "temperature = -1.0 is impossible: expected a number from 0"),
         (["--max-tokens", "0"], "max_tokens must be ≥ 1"),
         (["--threads", "-2"], "threads = -2 is impossible"),
         (["--profile", "no-such-profile"], "unknown profile"),

@@ -120,3 +120,19 @@ def test_bad_bench_arguments(tmp_path, task_file):
     assert bad_plot.returncode == 2 and "--plot must end in .png or .svg" in bad_plot.stderr
     bad_peer = cli("bench", "--peers", "ollama")
     assert bad_peer.returncode == 2 and "unknown peer 'ollama'" in bad_peer.stderr
+
+
+def test_bench_with_llama_server_peers_through_the_server_backend(tmp_path, task_file, llama_server):
+    """The peers are the same backend code as a server profile, alternated with specchat's runs."""
+    result, report = _bench(tmp_path, "--profile", "ngram", "--tasks", str(task_file),
+                            "--peers", f"llama-server={llama_server}")
+    assert result.returncode == 0, result.stderr
+    rows = {(r["task"], r["runner"]): r for r in report["summary"]}
+    for task in ("copy", "chat"):
+        for peer in ("llama-server none", "llama-server ngram-simple", "llama-server ngram-map-k", "llama-server ngram-mod"):
+            assert rows[(task, peer)]["speedup"] > 0
+        # Plain decoding through the server is specchat's own, token for token.
+        assert rows[(task, "llama-server none")]["same_output"] is True
+    runs = [r for r in report["runs"] if r["task"] == "copy" and r["rep"] == 0]
+    assert len({r["runner"] for r in runs}) == 6  # specchat none and ngram, four server types: side by side
+    assert "speed-up against specchat's plain decoding" in result.stdout

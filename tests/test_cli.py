@@ -96,3 +96,15 @@ def test_ctrl_c_during_ask_prints_the_partial_summary_and_exits_130():
     summary = (first + rest).rstrip("\n").rsplit("\n", 1)[-1]
     assert summary.startswith("[draft") and "cancelled" in summary and "tokens" in summary
     assert "Traceback" not in err
+
+
+def test_ask_joins_piped_text_to_the_prompt_as_llm_does():
+    notes = "Meeting notes: the launch moves to Friday; Ana owns the release checklist."
+    piped = cli("ask", "--json", "--max-tokens", "24", "Who owns the release checklist? Answer with a name.", stdin=notes)
+    assert piped.returncode == 0, piped.stderr
+    rows = [json.loads(line) for line in piped.stdout.splitlines()]
+    assert rows[-1]["prompt_tokens"] > 30  # the notes reached the model with the question
+    only = cli("ask", "--json", "--max-tokens", "8", "-", stdin="Say hello.")
+    assert only.returncode == 0 and json.loads(only.stdout.splitlines()[-1])["generated"] > 0
+    nothing = cli("ask", "-", stdin="")
+    assert nothing.returncode == 2 and "nothing to answer" in nothing.stderr

@@ -19,7 +19,8 @@ from specchat.errors import ConfigError, IncompatibleDraftError, ModelError
 from specchat.profiles.fit import GB, FitReport, Footprint, kv_cache_bytes
 from test_bad_input import cli
 
-BUNDLED = ["baseline", "gemma4-12b-qat-mtp", "ngram", "qwen3-4b-0.6b", "qwen3-8b-1.7b", "tiny"]
+BUNDLED = ["baseline", "gemma4-12b-qat-mtp", "ngram", "qwen3-4b-0.6b", "qwen3-8b-1.7b", "server-draft-mtp",
+           "server-ngram-simple", "server-none", "server-tiny", "tiny"]
 
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -47,9 +48,16 @@ def test_presets_with_embedded_models_build_engine_configs():
     assert profiles.engine_config(profiles.load_profile("ngram")).spec.adaptive
 
 
-def test_mtp_profile_says_it_needs_another_backend():
-    with pytest.raises(ConfigError, match=r"mtp.*llama-server --spec-type draft-mtp.*no MTP backend"):
-        profiles.engine_config(profiles.load_profile("gemma4-12b-qat-mtp"))
+def test_mtp_profiles_run_through_llama_server():
+    for name in ("gemma4-12b-qat-mtp", "server-draft-mtp"):
+        values = profiles.load_profile(name).values
+        assert values["draft"]["method"] == "mtp"
+        assert (values["backend"]["kind"], values["backend"]["spec_type"]) == ("llama-server", "draft-mtp")
+    recipe = [profiles.load_profile(f"server-{kind}").values for kind in ("none", "ngram-simple", "draft-mtp")]
+    assert len({(v["target"]["model"], v["target"]["n_ctx"], tuple(v["sampling"].items())) for v in recipe}) == 1
+    config = profiles.engine_config(profiles.load_profile("server-tiny"))
+    assert config.backend.kind == "llama-server" and config.backend.spec_type == "draft-simple"
+    assert config.draft is not None and config.target.path.is_file()
 
 
 def test_missing_named_model_says_where_it_looked_and_how_to_get_it():
@@ -73,16 +81,25 @@ method = "ngram"
         ("[target\nmodel = 1", r"p\.toml:1: malformed TOML"),
         (GOOD + "[sampling]\ntemprature = 0.5\n", r"p\.toml:6: \[sampling\] temprature: unknown key — did you mean 'temperature'\?"),
         (GOOD + "[sampler]\ntemperature = 0.5\n", r"p\.toml:5: \[sampler\]: unknown section — did you mean 'sampling'\?"),
-        (GOOD + "n_max = \"lots\"\n", r"p\.toml:5: \[draft\] n_max: got 'lots', expected an integer ≥ 1 or \"auto\""),
-        (GOOD + "n_max = 0\n", r"\[draft\] n_max: got 0, expected an integer ≥ 1"),
+        (GOOD + "n_max = \"lots\"\n", r"p\.toml:5: \[draft\] n_max: got 'lots', expected an integer from 1 to 256 or \"auto\""),
+        (GOOD + "n_max = 0\n", r"\[draft\] n_max: got 0, expected an integer from 1 to 256"),
         (GOOD + "p_min = 1.5\n", r"\[draft\] p_min: got 1.5, expected a probability in \[0, 1\]"),
         (GOOD + "n_max = 2\nn_min = 3\n", r"\[draft\] n_min: n_min 3 exceeds n_max 2"),
         (GOOD + "ngram_min = 5\n", r"ngram_min exceeds ngram_max"),
-        (GOOD + "[sampling]\ntemperature = -1\n", r"p\.toml:6: \[sampling\] temperature: got -1, expected a number ≥ 0"),
-        (GOOD + "[sampling]\ntop_k = true\n", r"\[sampling\] top_k: got True, expected an integer ≥ 0"),
+        (GOOD + "[sampling]\ntemperature = -1\n", r"p\.toml:6: \[sampling\] temperature: got -1, expected a number from 0 \(greedy\) to 100"),
+        (GOOD + "[sampling]\ntop_k = true\n", r"\[sampling\] top_k: got True, expected an integer from 0 \(off\)"),
         ("[draft]\nmethod = \"ngram\"\n", r"\[target\] model is missing"),
         ("[target]\nmodel = \"x.gguf\"\n[draft]\nmethod = \"draft\"\n", r"p\.toml:4: \[draft\] method: method 'draft' needs \[draft\] model"),
         (GOOD.replace('"ngram"', '"magic"'), r"p\.toml:4: \[draft\] method: got 'magic', expected one of none, draft, ngram, mtp"),
+        (GOOD + '[backend]\nkind = "llama-server"\nspec_type = "draft-warp"\n',
+         r"p\.toml:7: \[backend\] spec_type: got 'draft-warp', expected one of llama.cpp's spec types: none, draft-simple"),
+        (GOOD + '[backend]\nkind = "cloud"\n', r"\[backend\] kind: got 'cloud', expected one of local, llama-server, remote"),
+        (GOOD + '[backend]\nkind = "remote"\n', r"p\.toml:6: \[backend\] kind: a remote backend needs \[backend\] url"),
+        (GOOD + '[backend]\nkind = "remote"\nurl = "gpu-box:8080"\n', r"\[backend\] url: got 'gpu-box:8080', expected an http://"),
+        (GOOD + '[backend]\nspec_type = "ngram-mod"\n', r"p\.toml:6: \[backend\] spec_type: spec_type applies to a llama-server"),
+        (GOOD + '[backend]\nkind = "remote"\nurl = "http://x"\napi_key_env = "sk-123 secret"\n',
+         r"\[backend\] api_key_env: got 'sk-123 secret', expected the NAME of an environment variable"),
+        (GOOD.replace('"ngram"', '"mtp"'), r"p\.toml:4: \[draft\] method: method 'mtp' needs a llama.cpp server"),
     ],
 )
 def test_validation_errors_name_file_line_and_expectation(tmp_path, text, expected):

@@ -28,7 +28,7 @@ def snapshot_app(tmp_path: Path) -> SpecchatApp:
     # A fixed keymap path: the help screen shows it.
     settings = Settings(db_path=None, keymap=Path("~/.config/specchat/keymap.toml"), exports=tmp_path / "exports", autoload=False,
                         resume=False,
-                        memory=lambda: (GpuUnavailable("no NVIDIA driver (NVML library not found)"), 512_000_000))
+                        memory=lambda _pid: (GpuUnavailable("no NVIDIA driver (NVML library not found)"), 512_000_000))
     return make_app(settings)
 
 

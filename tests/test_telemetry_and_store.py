@@ -11,7 +11,7 @@ import pytest
 
 from recorded import load
 from specchat.engine.events import ReplyFinished, StepVerified, TokenEmitted
-from specchat.chats.store import SCHEMA_VERSION, Store, StoredMessage, StoreError
+from specchat.chats.store import SCHEMA_VERSION, DamagedDatabase, Store, StoredMessage, StoreError, open_store
 from specchat.telemetry import memory
 from specchat.telemetry.live import LiveTelemetry
 
@@ -121,14 +121,17 @@ def test_store_schema_is_versioned_and_round_trips(tmp_path):
     assert reopened.conversations() == []
 
 
-def test_store_refuses_a_newer_schema_and_a_corrupt_file(tmp_path):
+def test_store_refuses_a_newer_schema_and_a_damaged_file(tmp_path):
     newer = tmp_path / "newer.sqlite3"
     db = sqlite3.connect(newer)
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.close()
     with pytest.raises(StoreError, match="newer than this specchat"):
         Store(newer)
+    store, problem = open_store(newer)  # not damaged: left as it is, the chat runs in memory
+    assert store is None and "newer than this specchat" in problem and "chatting in memory" in problem
+    assert [p.name for p in tmp_path.iterdir()] == ["newer.sqlite3"]
     corrupt = tmp_path / "corrupt.sqlite3"
     corrupt.write_bytes(b"garbage" * 1000)
-    with pytest.raises(StoreError, match="chatting in memory"):
+    with pytest.raises(DamagedDatabase, match="not a database"):
         Store(corrupt)

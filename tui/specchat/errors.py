@@ -29,6 +29,10 @@ class EngineError(SpecchatError):
     """llama.cpp refused an operation the engine relies on."""
 
 
+class BackendError(SpecchatError):
+    """A model server cannot be started, reached or understood."""
+
+
 def one_line(exc: BaseException) -> str:
     """What a front end shows for any exception: specchat's own errors as they are, others named, on one line."""
     text = str(exc) if isinstance(exc, SpecchatError) else f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -39,6 +39,10 @@ def chats_db() -> Path:
     return data_dir() / "chats.sqlite3"
 
 
+def repl_history() -> Path:
+    return data_dir() / "repl-history"
+
+
 def exports_dir() -> Path:
     return data_dir() / "exports"
 

@@ -27,7 +27,7 @@ from ..chats.ab import ABResult, compare
 from ..chats.export import export
 from ..chats.records import ReplyRecord, UserTurn
 from ..chats.session import ChatSession
-from ..chats.store import Store, StoreError
+from ..chats.store import Store, StoreError, open_store
 from ..engine import EngineConfig, ModelSpec, ReplyFinished, ReplyStarted
 from ..engine.core import PLAIN_RATE_TOKENS
 from ..errors import SpecchatError, one_line
@@ -36,6 +36,7 @@ from ..telemetry.live import LiveTelemetry
 from ..telemetry.memory import peak_rss_bytes
 from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
 from .keymap import APP_BINDINGS, load_keymap
+from .terminal_input import tolerate_invalid_utf8
 from .screens import ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
 from .settings import Settings
 from .widgets.prompt import PromptInput
@@ -52,6 +53,9 @@ class Activity(Enum):
     LOADING = "loading"
     GENERATING = "generating"
     COMPARING = "comparing"
+
+
+EXIT_WAIT_S = 30.0
 
 
 class SpecchatApp(App):
@@ -187,10 +191,13 @@ class SpecchatApp(App):
         self.conversation = ChatSession(store, self.profile.name if self.profile else self.settings.profile,
                                         self._profile_system_prompt(), self._store_problem)
         if self.settings.resume and store is not None:
-            chats = store.conversations()
-            if chats:
-                self.conversation.open(chats[0].id)
-                self._show_turns()
+            try:
+                chats = store.conversations()
+                if chats:
+                    self.conversation.open(chats[0].id)
+                    self._show_turns()
+            except StoreError as exc:  # the last chat cannot be read: start a new one, say why
+                self.notify(str(exc), severity="error", timeout=20)
         if self.settings.autoload and self.profile is not None:
             self.start_load(str(self.profile.path))
         self.query_one(PromptInput).focus()
@@ -211,13 +218,16 @@ class SpecchatApp(App):
     def refresh_sidebar(self) -> None:
         method = self.backend.config.spec.method if self.backend else (self.profile.values["draft"]["method"]
                                                                         if self.profile else "–")
-        profile = ProfileInfo(self.profile.name if self.profile else "(no profile)", method, self.status)
+        profile = ProfileInfo(self.profile.name if self.profile else "(no profile)", method, self.status,
+                              self.backend.where if self.backend else "")
         self.sidebar.show(self.telemetry, profile, self.memory_snapshot)
 
     def _sample_memory(self) -> None:
         files = self.backend.model_files() if self.backend else {}
-        self.memory_snapshot = MemorySnapshot(*self.settings.memory(), {role: path.stat().st_size
-                                                                         for role, path in files.items()})
+        pid = self.backend.pid if self.backend else None
+        self.memory_snapshot = MemorySnapshot(*self.settings.memory(pid), {role: path.stat().st_size
+                                                                            for role, path in files.items()},
+                                              "this process" if pid is None else f"server pid {pid}")
 
     def _profile_system_prompt(self) -> str | None:
         return (self.profile.values["chat"]["system_prompt"] or None) if self.profile else None
@@ -227,11 +237,10 @@ class SpecchatApp(App):
     def _open_store(self) -> Store | None:
         if self.settings.db_path is None:
             return None
-        try:
-            return Store(self.settings.db_path)
-        except StoreError as exc:
-            self.notify(str(exc), severity="error", timeout=20)
-            return None
+        store, problem = open_store(self.settings.db_path)
+        if problem:
+            self.notify(problem, severity="error", timeout=20)
+        return store
 
     def _store_problem(self, line: str, error: bool) -> None:
         self.notify(line, severity="error" if error else "information", timeout=20 if error else 8)
@@ -338,6 +347,7 @@ class SpecchatApp(App):
         """Add the exchange to the session and its views, then answer on the engine thread."""
         history = self.conversation.engine_messages(self.target_id)
         user = self.conversation.add_user(text)
+        text = user.text
         record = self.conversation.add_reply(self.target_id)
         self._mount_turn(user)
         self._mount_turn(record)
@@ -470,6 +480,9 @@ class SpecchatApp(App):
 
     def action_toggle_ghosts(self) -> None:
         self.show_ghosts = not self.show_ghosts
+        if self.show_ghosts and self.backend is not None and not self.backend.rejected_tails:
+            self.notify(f"{self.backend.where} reports how many draft tokens it rejected, never which: no ghosts to"
+                        " show for its replies", severity="warning")
         for view in self.query(ReplyView):
             view.set_ghosts(self.show_ghosts)
 
@@ -551,7 +564,11 @@ class SpecchatApp(App):
         elif action == "export":
             current = self.conversation
             other = ChatSession(current.store, current.profile, None, self._store_problem)
-            other.open(conversation_id)
+            try:
+                other.open(conversation_id)
+            except StoreError as exc:
+                self.notify(str(exc), severity="error")
+                return
             self._export(other)
 
     def open_conversation(self, conversation_id: int) -> None:
@@ -592,8 +609,12 @@ class SpecchatApp(App):
         if self.backend is not None:  # after the job in progress, which stops at its next step (cancelled above)
             self.engine_thread.submit(self.backend.close)
         self.engine_thread.stop()
+        # Wait for that step and the close: the interpreter's shutdown must not free a model under a step still
+        # decoding (a segfault). A step takes milliseconds; a server backend's close waits at most its stop timeout.
+        self.engine_thread.join(EXIT_WAIT_S)
 
 
 def make_app(settings: Settings | None = None) -> SpecchatApp:
     """The app factory used by ``specchat`` and by the tests."""
+    tolerate_invalid_utf8()
     return SpecchatApp(settings)

@@ -52,15 +52,17 @@ def load_keymap(path: Path) -> dict[str, str]:
         return {}
     try:
         document = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
-    except (OSError, ParseError) as exc:
+    except (OSError, UnicodeDecodeError, ParseError) as exc:
         raise ConfigError(f"{path}: cannot read the keymap ({exc}) — fix or delete the file") from None
     table = document.get("keys", document)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [keys] must be a table of binding id = \"keys\" — see F1 for the ids")
     known = {b.id for b in ALL_BINDINGS}
     keymap = {}
     for binding_id, keys in table.items():
         if binding_id not in known:
             raise ConfigError(f"{path}: unknown binding id {binding_id!r} — see F1 for the ids")
-        if not isinstance(keys, str) or not keys.strip():
-            raise ConfigError(f"{path}: {binding_id} must be a key string such as \"ctrl+x\"")
+        if not isinstance(keys, str) or not all(key.strip() for key in keys.split(",")):
+            raise ConfigError(f"{path}: {binding_id} must be keys such as \"ctrl+x\" or \"ctrl+x,f5\", got {keys!r}")
         keymap[binding_id] = keys
     return keymap

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.table import Table
 from rich.text import Text
@@ -17,9 +18,11 @@ from textual.widgets.option_list import Option
 
 from ..errors import SpecchatError
 from ..profiles import available_profiles, load_profile
-from ..chats.store import Store
+from ..chats.store import Store, StoreError
 from ..chats.ab import ABResult
 from .keymap import ALL_BINDINGS
+
+T = TypeVar("T")
 
 CLOSE = [Binding("escape", "dismiss_screen", "Close", id="close_modal", tooltip="Close this dialog")]
 
@@ -188,8 +191,16 @@ class ConversationsScreen(_Modal):
     def _reload(self) -> None:
         options = self.query_one("#chat-list", OptionList)
         options.clear_options()
-        for c in self.store.conversations():
+        for c in self._stored(self.store.conversations) or []:
             options.add_option(Option(Text.assemble((c.title, "bold"), (f"  {c.profile}", "dim")), id=str(c.id)))
+
+    def _stored(self, call: Callable[[], T]) -> T | None:
+        """A store call; one that fails (a damaged database, a full disk) is one line, not a traceback."""
+        try:
+            return call()
+        except StoreError as exc:
+            self.notify(str(exc), severity="error", timeout=15)
+            return None
 
     def _highlighted(self) -> int | None:
         options = self.query_one("#chat-list", OptionList)
@@ -211,7 +222,7 @@ class ConversationsScreen(_Modal):
     def renamed(self, event: Input.Submitted) -> None:
         chosen = self._highlighted()
         if chosen is not None and event.value.strip():
-            self.store.rename(chosen, event.value.strip())
+            self._stored(lambda: self.store.rename(chosen, event.value.strip()))
         event.input.display = False
         event.input.value = ""
         self._reload()
@@ -220,7 +231,7 @@ class ConversationsScreen(_Modal):
     def action_delete(self) -> None:
         chosen = self._highlighted()
         if chosen is not None:
-            self.store.delete(chosen)
+            self._stored(lambda: self.store.delete(chosen))
             self._reload()
 
     def action_export(self) -> None:

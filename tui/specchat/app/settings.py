@@ -12,8 +12,9 @@ from ..profiles import DEFAULT_PROFILE
 from ..telemetry.memory import GpuMemory, GpuUnavailable, gpu_memory, rss_bytes
 
 
-def measure_memory() -> tuple[GpuMemory | GpuUnavailable, int | None]:
-    return gpu_memory(), rss_bytes()
+def measure_memory(pid: int | None = None) -> tuple[GpuMemory | GpuUnavailable, int | None]:
+    """GPU memory through NVML and resident memory, of this process or of the one holding the model (``pid``)."""
+    return gpu_memory(pid=pid), rss_bytes(pid)
 
 
 @dataclass
@@ -25,6 +26,6 @@ class Settings:
     autoload: bool = True  # load the profile's models at start (snapshot tests replay recorded events instead)
     resume: bool = True  # reopen the most recent conversation
     max_tokens: int = DEFAULT_MAX_TOKENS
-    memory: Callable[[], tuple[GpuMemory | GpuUnavailable, int | None]] = measure_memory  # NVML, then process RSS
+    memory: Callable[[int | None], tuple[GpuMemory | GpuUnavailable, int | None]] = measure_memory
     sidebar_min_width: int = 100  # columns below which the sidebar collapses
     max_paste_chars: int = 200_000

@@ -30,6 +30,16 @@ class Backend(Protocol):
     def n_max(self) -> int:
         """The draft length in use (0 without speculation)."""
 
+    @property
+    def where(self) -> str:
+        """Where the model runs, for the sidebar: in this process, or a server's pid and URL."""
+
+    @property
+    def pid(self) -> int | None:
+        """The process that holds the model, when it is not this one (its memory is the model's)."""
+
+    rejected_tails: bool  # whether DraftRejected events carry the rejected tokens (a server only counts them)
+
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
                should_stop: Callable[[], bool] = lambda: False) -> Iterator[Event]:
         """Reply to ``text`` after ``history`` (the conversation so far, system prompt first), as events."""
@@ -62,7 +72,11 @@ class Backend(Protocol):
 
 
 def open_backend(config: EngineConfig) -> Backend:
-    """The backend a configuration asks for."""
-    from .local import LocalBackend
+    """The backend a configuration asks for: in this process, or through llama.cpp's server (started here or remote)."""
+    if config.backend.kind == "local":
+        from .local import LocalBackend
 
-    return LocalBackend(config)
+        return LocalBackend(config)
+    from .llama_server import LlamaServerBackend
+
+    return LlamaServerBackend(config)

@@ -14,6 +14,10 @@ from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
 
 
 class LocalBackend:
+    rejected_tails = True
+    where = "in-process (llama-cpp-python)"
+    pid = None
+
     def __init__(self, config: EngineConfig) -> None:
         self.engine = Engine(config)
         self._target_id = model_identity(config.target.path)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .runners import RunResult
+from .runners import BASELINE, RunResult
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -50,27 +50,22 @@ def summarise(runs: list[RunResult], *, greedy: bool) -> list[dict[str, Any]]:
 
 
 def _add_comparisons(rows: list[dict[str, Any]], groups: dict[tuple[str, str], list[RunResult]], *, greedy: bool) -> None:
-    baseline_name = "specchat none"
+    """Every runner against specchat's plain decoding in the same repetition (runners alternate within one), so each
+    speed-up is the median of ratios of runs made side by side."""
     for row in rows:
-        base = groups.get((row["task"], baseline_name))
+        base = groups.get((row["task"], BASELINE))
         mine = groups[(row["task"], row["runner"])]
         row["speedup"] = row["speedup_total"] = row["same_output"] = None
-        if not base or row["runner"] == baseline_name:
+        if not base or row["runner"] == BASELINE:
             continue
         by_rep = {r.rep: r for r in base}
         paired = [(r, by_rep[r.rep]) for r in mine if r.rep in by_rep]
-        if row["runner"].startswith("specchat"):
-            # Alternated A/B runs: compare each repetition with its own baseline run.
-            ratios = [a.decode_tps / b.decode_tps for a, b in paired if a.decode_tps and b.decode_tps]
-            totals = [b.total / a.total for a, b in paired if a.total > 0]
-            row["speedup"], row["speedup_total"] = _median(ratios), _median(totals)
-            if greedy:
-                row["same_output"] = all(a.tokens == b.tokens for a, b in paired)
-        else:
-            base_tps = _median([r.decode_tps for r in base])
-            row["speedup"] = row["decode_tps_median"] / base_tps if row["decode_tps_median"] and base_tps else None
-            if greedy:
-                row["same_output"] = all(r.text == base[0].text for r in mine)
+        ratios = [a.decode_tps / b.decode_tps for a, b in paired if a.decode_tps and b.decode_tps]
+        totals = [b.total / a.total for a, b in paired if a.total > 0]
+        row["speedup"], row["speedup_total"] = _median(ratios), _median(totals)
+        if greedy:
+            row["same_output"] = all(a.tokens == b.tokens if a.tokens and b.tokens else a.text == b.text
+                                     for a, b in paired)
 
 
 def machine() -> dict[str, Any]:
@@ -93,15 +88,35 @@ def machine() -> dict[str, Any]:
 
 
 def build_report(runs: list[RunResult], *, profile: dict[str, Any], settings: dict[str, Any], errors: list[str],
-                 greedy: bool) -> dict[str, Any]:
+                 greedy: bool, copy_heavy: set[str], spec_runner: str) -> dict[str, Any]:
     summary = summarise(runs, greedy=greedy)
     changed = sorted({r["task"] for r in summary if r["runner"].startswith("specchat") and r["same_output"] is False})
     return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(), "profile": profile, "settings": settings,
         "runs": [dataclasses.asdict(r) for r in runs], "summary": summary,
-        "output_changed": changed, "errors": errors,
+        "output_changed": changed, "errors": errors, "copy_heavy": sorted(copy_heavy), "spec_runner": spec_runner,
     }
+
+
+def goals(report: dict[str, Any]) -> str:
+    """Speed-ups by class of task: copy-heavy (the reply repeats given text) and free text, for every runner."""
+    copy_heavy = set(report["copy_heavy"])
+    lines = []
+    for runner in dict.fromkeys(r["runner"] for r in report["summary"] if r["speedup"] is not None):
+        rows = [r for r in report["summary"] if r["runner"] == runner and r["speedup"] is not None]
+        heavy = [r["speedup"] for r in rows if r["task"] in copy_heavy]
+        free = [r["speedup"] for r in rows if r["task"] not in copy_heavy]
+        parts = []
+        if heavy:
+            parts.append(f"copy-heavy median {statistics.median(heavy):.2f}× (min {min(heavy):.2f}×)")
+        if free:
+            parts.append(f"free text min {min(free):.2f}× (median {statistics.median(free):.2f}×)")
+        same = [r["same_output"] for r in rows if r["same_output"] is not None]
+        if same:
+            parts.append(f"identical output on {sum(same)}/{len(same)} tasks")
+        lines.append(f"{runner}: " + ", ".join(parts))
+    return "speed-up against specchat's plain decoding, paired per repetition:\n  " + "\n  ".join(lines)
 
 
 def _fmt(value: float | None, pattern: str, scale: float = 1.0) -> str:

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from ..backends import open_backend
+from ..backends import Backend, open_backend
 from ..engine import EngineConfig, Message, ReplyFinished, TokenEmitted
+from ..engine.config import BackendSpec
 from ..errors import SpecchatError
 from ..telemetry.memory import GpuMemory, gpu_memory, peak_rss_bytes, reset_peak_rss
 from .tasks import Task
@@ -51,59 +44,53 @@ def _decode_tps(generated: int, total: float, ttft: float | None) -> float | Non
     return (generated - 1) / (total - ttft)
 
 
+def task_history(config: EngineConfig, task: Task) -> list[Message]:
+    """The conversation a task continues: the profile's system prompt, then the task's own earlier turns."""
+    system = config.system_prompt
+    return ([Message("system", system)] if system else []) + list(task.history)
+
+
 def _vram(pid: int | None = None) -> int | None:
     gpu = gpu_memory(pid=pid)
     return gpu.process if isinstance(gpu, GpuMemory) else None
 
 
-class SpecchatRunner:
-    """One backend, switched between the profile's speculation and plain decoding without reloading anything.
+class BackendRunner:
+    """One configuration answered through a backend — specchat's own, or llama-server for a peer — each run a first
+    answer: caches are cleared, and unless ``warm`` what the drafter (or ngram-mod's map) remembered from earlier runs
+    is forgotten. Runners may share a backend; each switches it to its configuration first."""
 
-    ``warm``: the n-gram drafter also remembers the replies of earlier runs (the same task's included), as llama-server's
-    ngram-mod does; otherwise each run starts from its task's conversation alone, as a first answer would.
-    """
+    def __init__(self, label: str, backend: Backend, config: EngineConfig, *, warm: bool = False,
+                 owns: bool = True) -> None:
+        self.label, self.backend, self.config, self.warm, self.owns = label, backend, config, warm, owns
 
-    def __init__(self, config: EngineConfig, *, warm: bool = False) -> None:
-        self.backend = open_backend(config)
-        self.warm = warm
-        self.configs = {
-            "spec": config,
-            "none": dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")),
-        }
-        self.method = config.spec.method
+    def name(self) -> str:
+        return self.label
 
-    def name(self, mode: str) -> str:
-        return f"specchat {self.method}" if mode == "spec" else "specchat none"
-
-    def prompt_text(self, task: Task) -> str:
-        """The task as the target reads it, rendered with the model's chat template (for peers that take raw text)."""
-        return self.backend.render(self.messages_for(task) + [Message("user", task.prompt)])
-
-    def messages_for(self, task: Task) -> list[Message]:
-        system = self.backend.config.system_prompt
-        return ([Message("system", system)] if system else []) + list(task.history)
-
-    def run(self, task: Task, mode: str, rep: int) -> RunResult:
+    def run(self, task: Task, rep: int) -> RunResult:
         backend = self.backend
-        backend.apply(self.configs[mode])
-        backend.clear_cache(replies=not self.warm)
-        tokens: list[int] = []
-        finished: ReplyFinished | None = None
-        for event in backend.answer(self.messages_for(task), task.prompt, max_tokens=task.max_tokens):
-            if isinstance(event, TokenEmitted):
-                tokens.append(event.token)
-            elif isinstance(event, ReplyFinished):
-                finished = event
+        try:
+            backend.apply(self.config)
+            backend.clear_cache(replies=not self.warm)
+            tokens: list[int] = []
+            finished: ReplyFinished | None = None
+            for event in backend.answer(task_history(self.config, task), task.prompt, max_tokens=task.max_tokens):
+                if isinstance(event, TokenEmitted):
+                    tokens.append(event.token)
+                elif isinstance(event, ReplyFinished):
+                    finished = event
+        except SpecchatError as exc:
+            raise PeerError(f"{self.label} failed on task {task.name}: {exc}") from None
         assert finished is not None
         stats, text = finished.stats, finished.text
-        spec = mode == "spec"
+        spec = self.config.spec.method != "none"
         return RunResult(
-            runner=self.name(mode), task=task.name, rep=rep, ttft=stats.ttft, total=stats.t_total,
+            runner=self.label, task=task.name, rep=rep, ttft=stats.ttft, total=stats.t_total,
             generated=stats.generated, decode_tps=stats.decode_tps, text=text, tokens=tokens,
             drafted=stats.drafted if spec else None, accepted=stats.accepted if spec else None,
             acceptance_rate=stats.acceptance_rate if spec else None,
             mean_acceptance_length=stats.mean_acceptance_length if spec else None,
-            peak_rss=peak_rss_bytes(), vram_process=_vram(),
+            peak_rss=peak_rss_bytes(backend.pid), vram_process=_vram(backend.pid),
             extra={"prefill_tokens": stats.prefill_tokens, "t_prefill": stats.t_prefill, "t_draft": stats.t_draft,
                    "t_verify": stats.t_verify, "t_overhead": stats.t_overhead, "steps": stats.steps,
                    "n_max_final": stats.n_max, "speculation_active": stats.speculation_active,
@@ -111,7 +98,35 @@ class SpecchatRunner:
         )
 
     def close(self) -> None:
-        self.backend.close()
+        if self.owns:
+            self.backend.close()
+
+
+def specchat_runners(config: EngineConfig, *, warm: bool) -> list[BackendRunner]:
+    """The profile with its speculation and the same profile plain, on one backend (switched, not reloaded)."""
+    backend = open_backend(config)
+    where = "specchat" if config.backend.kind == "local" else f"specchat via {config.backend.kind}"
+    plain = dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none"))
+    return [BackendRunner(BASELINE, backend, plain, warm=warm),
+            BackendRunner(f"{where} {config.spec.method}", backend, config, warm=warm, owns=False)]
+
+
+BASELINE = "specchat none"
+LLAMA_SERVER_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-mod", "draft-simple")
+
+
+def llama_server_runner(spec_type: str, config: EngineConfig, binary: str | None, *, warm: bool) -> BackendRunner:
+    """llama.cpp's own server with one --spec-type on the profile's models: the same backend code as a profile with
+    [backend] kind = "llama-server"."""
+    method = {"none": "none", "draft-simple": "draft"}.get(spec_type, "ngram")
+    n_max = config.spec.n_max if isinstance(config.spec.n_max, int) else 4
+    peer = dataclasses.replace(config, spec=dataclasses.replace(config.spec, method=method, n_max=n_max),
+                               backend=BackendSpec(kind="llama-server", spec_type=spec_type, binary=binary))
+    label = f"llama-server {spec_type}"
+    try:
+        return BackendRunner(label, open_backend(peer), peer, warm=warm)
+    except SpecchatError as exc:
+        raise PeerError(f"{label}: {exc}") from None
 
 
 class LlamaCppPythonRunner:
@@ -133,7 +148,8 @@ class LlamaCppPythonRunner:
     def name(self, _mode: str = "") -> str:
         return self.label
 
-    def run(self, task: Task, rep: int, messages: list[Message]) -> RunResult:
+    def run(self, task: Task, rep: int) -> RunResult:
+        messages = task_history(self.config, task)
         sampling = self.config.sampling
         self.llm.reset()
         reset_peak_rss()
@@ -156,116 +172,3 @@ class LlamaCppPythonRunner:
 
     def close(self) -> None:
         self.llm.close()
-
-
-LLAMA_SERVER_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-mod", "draft-simple")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class LlamaServerRunner:
-    """llama.cpp's native ``llama-server`` with one ``--spec-type``, on a loopback port, driven over HTTP.
-
-    Some types keep what they saw across requests (ngram-mod's hash map, ngram-cache): unless ``warm``, the server is
-    started afresh before each run, so every run is a first answer, as specchat's are then.
-    """
-
-    def __init__(self, binary: str, spec_type: str, config: EngineConfig, draft: Path | None, n_max: int, *,
-                 warm: bool = False) -> None:
-        self.label = f"llama-server {spec_type}"
-        self.warm = warm
-        resolved = shutil.which(binary) or (binary if Path(binary).is_file() else None)
-        if resolved is None:
-            raise PeerError(f"{self.label}: binary {binary!r} not found — build it (see README) or pass its path")
-        self.port = _free_port()
-        self.args = [resolved, "-m", str(config.target.path), "--host", "127.0.0.1", "--port", str(self.port),
-                     "-t", str(config.target.threads), "-c", str(config.n_ctx), "-np", "1", "--spec-type", spec_type,
-                     "--spec-draft-n-max", str(n_max)]
-        if spec_type == "draft-simple":
-            self.args += ["-md", str(draft), "-td", str(config.target.threads)]
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
-        self.config = config
-        self._start()
-
-    def _start(self) -> None:
-        try:
-            self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        except OSError as exc:
-            raise PeerError(f"{self.label}: cannot start {self.args[0]}: {exc.strerror}") from None
-        self._wait_ready(timeout=120)
-
-    def _stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def _last_log_line(self) -> str:
-        self.log.flush()
-        lines = [line.strip() for line in Path(self.log.name).read_text(errors="replace").splitlines() if line.strip()]
-        return lines[-1] if lines else "no output"
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            code = self.proc.poll()
-            if code is not None:
-                raise PeerError(f"{self.label} exited at start (code {code}): {self._last_log_line()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.25)
-        self.close()
-        raise PeerError(f"{self.label} did not become ready within {timeout:.0f} s: {self._last_log_line()}")
-
-    def name(self, _mode: str = "") -> str:
-        return self.label
-
-    def run(self, task: Task, rep: int, prompt: str) -> RunResult:
-        if not self.warm:
-            self._stop()
-            self._start()
-        sampling = self.config.sampling
-        body = json.dumps({
-            "prompt": prompt, "n_predict": task.max_tokens, "temperature": sampling.temperature,
-            "top_k": sampling.top_k, "top_p": sampling.top_p, "min_p": sampling.min_p, "seed": sampling.seed,
-            "cache_prompt": False, "stream": False,
-        }).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=body,
-                                         headers={"Content-Type": "application/json"})
-        reset_peak_rss(self.proc.pid)
-        start = time.perf_counter()
-        try:
-            with urllib.request.urlopen(request, timeout=600) as response:
-                reply = json.loads(response.read())
-        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError) as exc:
-            raise PeerError(f"{self.label} failed on task {task.name}: {exc}") from None
-        total = time.perf_counter() - start
-        timings = reply.get("timings", {})
-        generated = int(reply.get("tokens_predicted", timings.get("predicted_n", 0)))
-        drafted = timings.get("draft_n")
-        accepted = timings.get("draft_n_accepted")
-        # The server reports prefill time; the first token follows it within one decode step.
-        ttft = timings["prompt_ms"] / 1000 if "prompt_ms" in timings else None
-        decode_tps = timings.get("predicted_per_second") or _decode_tps(generated, total, ttft)
-        return RunResult(
-            self.label, task.name, rep, ttft, total, generated, decode_tps, reply.get("content", ""),
-            drafted=drafted, accepted=accepted,
-            acceptance_rate=accepted / drafted if drafted else None,
-            peak_rss=peak_rss_bytes(self.proc.pid), vram_process=_vram(self.proc.pid),
-            extra={"timings": timings},
-        )
-
-    def close(self) -> None:
-        self._stop()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from ..engine.conversation import Message
+from ..text import valid_text
 from .records import INTERRUPTED, ReplyRecord, Turn, UserTurn
 from .store import Store, StoredMessage, StoreError
 
@@ -58,7 +59,7 @@ class ChatSession:
         if not self.turns and not self.title:
             self.title = " ".join(text.split())[:TITLE_CHARS]
             self._meta_saved = False
-        turn = UserTurn(text)
+        turn = UserTurn(valid_text(text))  # what the backend answers is this turn's text
         self.turns.append(turn)
         self.save()
         return turn
@@ -86,7 +87,7 @@ class ChatSession:
         self.save()
 
     def set_system_prompt(self, text: str | None) -> None:
-        self.system_prompt = text
+        self.system_prompt = valid_text(text) if text is not None else None
         self._meta_saved = False
         self.save()
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 
 from .. import __version__
 from ..errors import SpecchatError
-from . import ask, bench, chat, profiles
+from . import ask, bench, chat, profiles, repl, server
 
-COMMANDS = {"ask": ask, "chat": chat, "profiles": profiles, "bench": bench}
+COMMANDS = {"ask": ask, "chat": chat, "repl": repl, "profiles": profiles, "bench": bench, "server": server}
 DEFAULT_COMMAND = "chat"
 
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args([DEFAULT_COMMAND, *(argv or sys.argv[1:])])
+    if isinstance(sys.stdin, io.TextIOWrapper):
+        sys.stdin.reconfigure(errors="replace")  # piped bytes that are not UTF-8 are U+FFFD, not a traceback
     try:
         return COMMANDS[args.command].run(args)
     except SpecchatError as exc:

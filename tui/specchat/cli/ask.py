@@ -12,6 +12,8 @@ from typing import Any, TextIO
 
 from ..colours import ANSI, ANSI_GHOST, ANSI_RESET, ansi
 from ..engine.conversation import Message
+from ..text import valid_text
+from ..errors import ConfigError
 from ..engine.config import DEFAULT_MAX_TOKENS
 from .options import add_profile_option
 
@@ -23,7 +25,9 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-max", type=int, help="most draft tokens per step")
     parser.add_argument("--temperature", type=float, help="0 = greedy")
     parser.add_argument("--seed", type=int, help="sampling seed")
-    parser.add_argument("--threads", type=int, help="CPU threads for both models")
+    parser.add_argument("--threads", type=int, help="CPU threads for both models (the most; fewer on a busy machine)")
+    parser.add_argument("--fixed-threads", action="store_true",
+                        help="keep the thread count even when other processes keep the cores busy")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                         help=f"longest reply (default {DEFAULT_MAX_TOKENS})")
 
@@ -35,7 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ask.add_argument("--ghosts", action="store_true", help="show rejected draft tokens as struck-through ghost text")
     ask.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                      help="colour tokens by provenance: auto (a terminal, unless NO_COLOR is set), always or never")
-    ask.add_argument("prompt", help="the message to answer")
+    ask.add_argument("prompt", nargs="?", default="",
+                     help="the message to answer; text piped in (or given as -) is read and joined to it")
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -46,6 +51,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "sampling.seed": args.seed,
         "target.threads": args.threads,
         "draft.threads": args.threads,
+        "target.adapt_threads": False if args.fixed_threads else None,
     }
     return {k: v for k, v in chosen.items() if v is not None}
 
@@ -138,7 +144,19 @@ class StopOnInterrupt:
         self.requested = True
 
 
+def read_prompt(argument: str, stdin: TextIO) -> str:
+    """The argument, followed by what was piped in (as the `llm` CLI does): ``cat notes.txt | specchat ask "Summarise:"``.
+    ``-`` alone means: only what is piped in."""
+    piped = stdin.read() if argument == "-" or not stdin.isatty() else ""
+    argument = "" if argument == "-" else argument
+    prompt = valid_text("\n\n".join(part for part in (argument.strip(), piped.strip()) if part))
+    if not prompt:
+        raise ConfigError("nothing to answer — give a prompt, or pipe text in")
+    return prompt
+
+
 def run(args: argparse.Namespace) -> int:
+    prompt = read_prompt(args.prompt, sys.stdin)
     backend = open_backend_for(args)
     try:
         for note in backend.notes:
@@ -146,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         system = backend.config.system_prompt
         history = [Message("system", system)] if system else []
         with StopOnInterrupt() as stop:
-            events = backend.answer(history, args.prompt, max_tokens=args.max_tokens, should_stop=stop)
+            events = backend.answer(history, prompt, max_tokens=args.max_tokens, should_stop=stop)
             finish = render_events(events, sys.stdout, color=use_color(args.color, sys.stdout) and not args.json,
                                    ghosts=args.ghosts, as_json=args.json)
     finally:

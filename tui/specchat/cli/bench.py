@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..bench import report as reporting
-from ..bench.runners import LLAMA_SERVER_TYPES, LlamaCppPythonRunner, LlamaServerRunner, PeerError, RunResult, SpecchatRunner
+from ..bench.runners import (
+    LLAMA_SERVER_TYPES,
+    LlamaCppPythonRunner,
+    PeerError,
+    RunResult,
+    llama_server_runner,
+    specchat_runners,
+)
 from ..bench.tasks import Task, load_tasks
+from ..engine import EngineConfig
 from ..errors import ConfigError, SpecchatError
 from ..profiles import engine_config, load_profile
 from .options import add_profile_option
@@ -61,34 +68,6 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-@contextmanager
-def _opened(factory: Callable[[], Any], errors: list[str]) -> Iterator[Any]:
-    """Open a peer; a failure becomes one reported line and the peer is skipped."""
-    try:
-        runner = factory()
-    except PeerError as exc:
-        errors.append(str(exc))
-        _progress(f"peer skipped: {exc}")
-        yield None
-        return
-    try:
-        yield runner
-    finally:
-        runner.close()
-
-
-def _repeat(label: str, task: Task, repeat: int, one_run: Callable[[int], RunResult], errors: list[str]) -> list[RunResult]:
-    results = []
-    try:
-        for rep in range(-1, repeat):  # rep -1 is the warm-up, kept in the raw data but excluded from summaries
-            _progress(f"  {task.name}: {label} {'warm-up' if rep < 0 else f'run {rep + 1}/{repeat}'}")
-            results.append(one_run(rep))
-    except PeerError as exc:
-        errors.append(str(exc))
-        _progress(f"peer failed: {exc}")
-    return results
-
-
 def run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise ConfigError(f"--repeat must be ≥ 1, got {args.repeat}")
@@ -96,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--plot must end in .png or .svg, got {args.plot.name}")
     peers = _parse_peers(args.peers)
     profile = load_profile(args.profile)
-    config = engine_config(profile)
+    # Measured at the profile's thread count, as the peers are: a run that adapts to a busy machine compares unequal runs.
+    config = dataclasses.replace(engine_config(profile), adapt_threads=False)
     tasks, problems = load_tasks(args.tasks)
     errors = list(problems)
     for problem in problems:
@@ -104,59 +84,30 @@ def run(args: argparse.Namespace) -> int:
     if not tasks:
         raise ConfigError("no valid task to run — fix the task file")
 
-    runs: list[RunResult] = []
     warm = args.memory == "warm"
-    specchat = SpecchatRunner(config, warm=warm)
+    runners: list[Any] = specchat_runners(config, warm=warm)
     try:
-        for i, task in enumerate(tasks, start=1):
-            _progress(f"[{i}/{len(tasks)}] {task.name} — {task.kind or 'task'}")
-            for rep in range(-1, args.repeat):
-                # Alternate which mode goes first, so slow drifts of a shared machine hit both equally.
-                for mode in ("spec", "none") if rep % 2 else ("none", "spec"):
-                    _progress(f"  {task.name}: {specchat.name(mode)} {'warm-up' if rep < 0 else f'run {rep + 1}/{args.repeat}'}")
-                    runs.append(specchat.run(task, mode, rep))
-        prompts = {task.name: specchat.prompt_text(task) for task in tasks}
-        histories = {task.name: specchat.messages_for(task) for task in tasks}
+        runners += _open_peers(peers, config, warm, errors)
+        runs = _alternate(runners, tasks, args.repeat, errors)
     finally:
-        specchat.close()
-
-    draft_path = config.draft.path if config.draft is not None else None
-    n_max = config.spec.n_max if isinstance(config.spec.n_max, int) else 4
-    for peer, value in peers:
-        if peer == "llama-server":
-            binary = value or "llama-server"
-            for spec_type in LLAMA_SERVER_TYPES:
-                if spec_type == "draft-simple" and draft_path is None:
-                    errors.append("llama-server draft-simple skipped: the profile has no draft model")
-                    continue
-                def factory(spec_type: str = spec_type, binary: str = binary) -> LlamaServerRunner:
-                    return LlamaServerRunner(binary, spec_type, config, draft_path, n_max, warm=warm)
-
-                with _opened(factory, errors) as server:
-                    if server is None:
-                        break  # a binary that is missing or cannot start fails every type alike: one line is enough
-                    for task in tasks:
-                        runs += _repeat(server.name(), task, args.repeat, lambda rep, t=task: server.run(t, rep, prompts[t.name]), errors)
-        else:
-            lookup = LOOKUP_TOKENS if peer == "lookup" else None
-            with _opened(lambda n=lookup: LlamaCppPythonRunner(config, lookup_tokens=n), errors) as runner:
-                if runner is not None:
-                    for task in tasks:
-                        runs += _repeat(runner.name(), task, args.repeat, lambda rep, t=task: runner.run(t, rep, histories[t.name]), errors)
+        for runner in runners:
+            runner.close()
 
     report = reporting.build_report(
         runs,
         profile={"name": profile.name, "method": config.spec.method, "n_max": config.spec.n_max,
                  "p_min": config.spec.p_min, "n_ctx": config.n_ctx, "threads": config.target.threads,
-                 "target": str(config.target.path), "draft": str(draft_path) if draft_path else None,
-                 "temperature": config.sampling.temperature},
+                 "target": str(config.target.path), "draft": str(config.draft.path) if config.draft else None,
+                 "backend": config.backend.kind, "temperature": config.sampling.temperature},
         settings={"repeat": args.repeat, "tasks": str(args.tasks) if args.tasks else "bundled",
                   "peers": [p for p, _ in peers], "memory": args.memory},
-        errors=errors, greedy=config.sampling.greedy,
+        errors=errors, greedy=config.sampling.greedy, copy_heavy={t.name for t in tasks if t.copy_heavy},
+        spec_runner=runners[1].name(),
     )
     print(reporting.table(report))
     for line in errors:
         print(f"note: {line}")
+    print(reporting.goals(report))
     if report["output_changed"]:
         print(f"OUTPUT CHANGED with speculation on: {', '.join(report['output_changed'])}")
     try:
@@ -167,3 +118,50 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SpecchatError(f"cannot write the report: {exc}") from None
     return 1 if report["output_changed"] else 0
+
+
+def _open_peers(peers: list[tuple[str, str | None]], config: EngineConfig, warm: bool, errors: list[str]) -> list[Any]:
+    """Every peer asked for; one that cannot start is one line in the report, and the rest goes on."""
+    opened: list[Any] = []
+    for peer, value in peers:
+        if peer == "llama-server":
+            for spec_type in LLAMA_SERVER_TYPES:
+                if spec_type == "draft-simple" and config.draft is None:
+                    errors.append("llama-server draft-simple skipped: the profile has no draft model")
+                    continue
+                try:
+                    opened.append(llama_server_runner(spec_type, config, value, warm=warm))
+                except PeerError as exc:
+                    errors.append(str(exc))
+                    _progress(f"peer skipped: {exc}")
+                    if spec_type == LLAMA_SERVER_TYPES[0]:
+                        break  # plain decoding failed: the binary itself is broken, and one line says so
+        else:
+            try:
+                opened.append(LlamaCppPythonRunner(config, lookup_tokens=LOOKUP_TOKENS if peer == "lookup" else None))
+            except PeerError as exc:
+                errors.append(str(exc))
+                _progress(f"peer skipped: {exc}")
+    return opened
+
+
+def _alternate(runners: list[Any], tasks: list[Task], repeat: int, errors: list[str]) -> list[RunResult]:
+    """Every runner on every task, one after the other within each repetition, in an order rotated each time: a slow
+    drift of a shared machine then falls on all of them alike (the warm-up, repetition -1, is kept but not summarised)."""
+    runs: list[RunResult] = []
+    failed: set[str] = set()
+    for i, task in enumerate(tasks, start=1):
+        _progress(f"[{i}/{len(tasks)}] {task.name} — {task.kind or 'task'}")
+        for rep in range(-1, repeat):
+            shift = (rep + 1) % len(runners)
+            for runner in runners[shift:] + runners[:shift]:
+                if runner.name() in failed:
+                    continue
+                _progress(f"  {task.name}: {runner.name()} {'warm-up' if rep < 0 else f'run {rep + 1}/{repeat}'}")
+                try:
+                    runs.append(runner.run(task, rep))
+                except PeerError as exc:
+                    errors.append(str(exc))
+                    failed.add(runner.name())
+                    _progress(f"peer failed: {exc}")
+    return runs

@@ -147,15 +147,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         if located.path is None:
             print(f"! {located.missing_message(role)}")
     print(f"profile {profile.name}: method {method}, n_ctx {profile.values['target']['n_ctx']}")
-    if method == "mtp":
-        print("! MTP needs an engine with multi-token prediction (llama-server --spec-type draft-mtp); specchat has no"
-              " MTP backend yet, so this profile cannot be loaded for chatting")
-        failed = True
 
     print("\n1. Draft compatibility (llama.cpp's rule, read by llama.cpp without loading weights)")
     if method != "draft":
         print(f"   not applicable: method {method} uses no separate draft model" if method != "mtp" else
-              "   not applicable: MTP heads live inside the target")
+              "   not applicable: MTP heads live inside the target (llama-server --spec-type draft-mtp runs them)")
     elif len(pair) == 2 and all(m.located.path for m in pair):
         problems = check_pair(pair[0].located.path, pair[1].located.path)
         if problems:

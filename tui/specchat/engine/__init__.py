@@ -12,6 +12,7 @@ from .events import (
     SpeculationChanged,
     SpeculationState,
     StepVerified,
+    ThreadsAdjusted,
     TokenEmitted,
     TokenKind,
 )
@@ -20,5 +21,5 @@ from .sampling import SamplingParams
 __all__ = [
     "ContextTrimmed", "DraftRejected", "Engine", "EngineConfig", "Event", "Message", "ModelSpec", "ReplyFinished",
     "ReplyStarted", "SamplingParams", "SpecConfig", "SpeculationChanged", "SpeculationState", "StepVerified",
-    "TokenEmitted", "TokenKind",
+    "ThreadsAdjusted", "TokenEmitted", "TokenKind",
 ]

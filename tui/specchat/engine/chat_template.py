@@ -1,5 +1,11 @@
 """Render a conversation for the model: its own Jinja chat template, a Jinja file, or one of llama.cpp's built-in
-formats by name. Jinja runs sandboxed, as llama-cpp-python runs it."""
+formats by name.
+
+A template is code from a downloaded file. Jinja runs sandboxed, as llama-cpp-python runs it (no attribute of Python's
+internals, no changing what it is given), and here also bounded: what ``*``, ``**``, ``%`` and the padding filters may
+build, how many items all the loops of one rendering may take from ``range``, how deep it may recurse. Whatever goes
+wrong inside a template is one line naming the template.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,9 @@ from pathlib import Path
 
 import llama_cpp as lc
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
-from ..errors import ConfigError, ModelError
+from ..errors import ConfigError, ModelError, one_line
 
 # What a GGUF without a template gets unless its profile names one; ChatML is what most small instruct models know.
 FALLBACK = "chatml"
@@ -25,8 +31,69 @@ def builtin_names() -> list[str]:
     return [name.decode() for name in names]
 
 
+MAX_BUILT = 1_000_000  # characters or items one expression may build; a chat's prompt is far smaller
+MAX_EXPONENT = 256
+MAX_LOOP_ITEMS = 1_000_000  # items all range() calls of one rendering may produce together
+
+
 def _raise(message: str) -> None:
     raise TemplateError(message)
+
+
+def _too_large(what: str) -> TemplateError:
+    return TemplateError(f"{what} would be larger than a template may build ({MAX_BUILT:,})")
+
+
+def _widths(args: object) -> None:
+    """printf-style formatting pads to any width it is given: refuse widths no chat needs."""
+    for arg in args if isinstance(args, tuple) else (args,):
+        if isinstance(arg, int) and abs(arg) > MAX_BUILT:
+            raise _too_large(f"formatting with {arg:,}")
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def __init__(self) -> None:
+        super().__init__(trim_blocks=True, lstrip_blocks=True)
+        self.loop_items_left = MAX_LOOP_ITEMS
+        del self.globals["lipsum"]  # lipsum(n) writes n paragraphs; no chat template uses it
+        self.globals.update(range=self._range, raise_exception=_raise,
+                            strftime_now=lambda fmt: datetime.now().strftime(fmt))
+        for name in ("center", "indent"):
+            self.filters[name] = self._width_checked(self.filters[name])
+        self.filters["format"] = self._format
+
+    def _range(self, *args: int) -> range:
+        items = safe_range(*args)  # each range() at most jinja's MAX_RANGE long
+        self.loop_items_left -= len(items)
+        if self.loop_items_left < 0:
+            raise TemplateError(f"the template loops over more than {MAX_LOOP_ITEMS:,} items")
+        return items
+
+    @staticmethod
+    def _width_checked(pad):
+        def checked(value, width=80, *args, **kwargs):
+            if isinstance(width, int) and width > MAX_BUILT:
+                raise _too_large(f"padding to {width:,}")
+            return pad(value, width, *args, **kwargs)
+        return checked
+
+    def _format(self, value, *args, **kwargs):
+        _widths(args)
+        return self.call_binop(None, "%", value, args or kwargs)
+
+    def call_binop(self, context, operator: str, left, right):
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > MAX_BUILT:
+                    raise _too_large(f"repeating {len(seq):,} items {times:,} times")
+        elif operator == "**":
+            if isinstance(right, (int, float)) and abs(right) > MAX_EXPONENT and not -1 <= left <= 1:
+                raise _too_large(f"a power of {right:,}")
+        elif operator == "%" and isinstance(left, str):
+            _widths(right)
+        return super().call_binop(context, operator, left, right)
 
 
 class ChatTemplate:
@@ -37,13 +104,12 @@ class ChatTemplate:
         self.builtin, self.bos_token, self.eos_token, self.source, self.note = builtin, bos_token, eos_token, source, note
         self._template = None
         if jinja is not None:
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-            env.globals.update(raise_exception=_raise, strftime_now=lambda fmt: datetime.now().strftime(fmt))
+            self._env = _BoundedSandbox()
             try:
-                self._template = env.from_string(jinja)
-            except TemplateError as exc:
-                raise ModelError(f"the chat template of {source} does not parse ({exc}) — name another in the"
-                                 " profile's [chat] template") from None
+                self._template = self._env.from_string(jinja)
+            except (TemplateError, RecursionError, MemoryError) as exc:
+                raise ModelError(f"the chat template of {source} does not parse ({one_line(exc)}) — name another in"
+                                 " the profile's [chat] template") from None
 
     @classmethod
     def choose(cls, embedded: str | None, choice: str | None, model_name: str, *, bos_token: str,
@@ -71,6 +137,7 @@ class ChatTemplate:
     def render(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
         if self._template is None:
             return _apply_builtin(self.builtin or FALLBACK, messages, add_generation_prompt)
+        self._env.loop_items_left = MAX_LOOP_ITEMS
         try:
             return self._template.render(
                 messages=messages,
@@ -78,8 +145,8 @@ class ChatTemplate:
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
             )
-        except TemplateError as exc:
-            raise ModelError(f"the chat template ({self.source}) rejected this conversation: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 — anything a template's code does wrong is the template's problem
+            raise ModelError(f"the chat template ({self.source}) rejected this conversation: {one_line(exc)}") from None
 
 
 def _apply_builtin(name: str, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:

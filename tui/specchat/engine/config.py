@@ -9,7 +9,12 @@ from pathlib import Path
 from ..errors import ConfigError
 from .sampling import SamplingParams
 
-METHODS = ("none", "draft", "ngram")
+METHODS = ("none", "draft", "ngram", "mtp")
+BACKENDS = ("local", "llama-server", "remote")
+# llama.cpp's --spec-type names (common/speculative.cpp)
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
+              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+APIS = ("auto", "llama.cpp", "openai")
 DEFAULT_MAX_TOKENS = 1024  # the longest reply when a front end does not say
 
 
@@ -55,6 +60,31 @@ class SpecConfig:
 
 
 @dataclass(frozen=True)
+class BackendSpec:
+    """Where the model runs: in this process (local), in a llama-server specchat starts (llama-server), or on a server
+    already running (remote: llama-server or any OpenAI-compatible one, such as vLLM)."""
+
+    kind: str = "local"
+    spec_type: str | None = None  # llama.cpp's --spec-type; None: from the profile's method
+    binary: str | None = None
+    url: str | None = None
+    api_key_env: str | None = None  # the name of the environment variable holding the API key, never the key
+    api: str = "auto"
+    args: tuple[str, ...] = ()
+    ready_timeout: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.kind!r} — use one of {', '.join(BACKENDS)}")
+        if self.spec_type is not None and self.spec_type not in SPEC_TYPES:
+            raise ConfigError(f"unknown spec type {self.spec_type!r} — llama.cpp's are {', '.join(SPEC_TYPES)}")
+        if self.kind == "remote" and not self.url:
+            raise ConfigError("a remote backend needs [backend] url, e.g. \"http://gpu-box:8080\"")
+        if self.api not in APIS:
+            raise ConfigError(f"unknown api {self.api!r} — use one of {', '.join(APIS)}")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     target: ModelSpec
     draft: ModelSpec | None = None
@@ -63,9 +93,14 @@ class EngineConfig:
     n_ctx: int = 4096
     system_prompt: str | None = None
     chat_template: str | None = None  # a Jinja file or one of llama.cpp's names; None: the GGUF's own
+    backend: BackendSpec = BackendSpec()
+    adapt_threads: bool = True  # fewer threads while other processes keep the cores busy (engine/cpu.py)
 
     def __post_init__(self) -> None:
         if self.n_ctx < 64:
             raise ConfigError(f"n_ctx must be ≥ 64 tokens, got {self.n_ctx}")
-        if self.spec.method == "draft" and self.draft is None:
+        if self.spec.method == "draft" and self.draft is None and self.backend.kind != "remote":
             raise ConfigError("method 'draft' needs a draft model — set [draft] model in the profile")
+        if self.spec.method == "mtp" and self.backend.kind == "local":
+            raise ConfigError("method 'mtp' needs a llama.cpp server (multi-token prediction heads run there, not in"
+                              " specchat's own loop) — set [backend] kind = \"llama-server\"")

@@ -31,6 +31,23 @@ class Conversation:
         self.tokens: list[int] = []
         self.rendered = ""  # the text that ``tokens`` encode
 
+    def restore(self, messages: list[Message]) -> bool:
+        """Make ``messages`` the conversation (re-tokenized); False when it already was."""
+        if messages == self.messages:
+            return False
+        self.messages = list(messages)
+        self.tokens, self.rendered = self.rebuild(self.messages)
+        return True
+
+    def begin_turn(self, kept: list[Message], user: Message, tokens: list[int], rendered: str) -> None:
+        """The user's message joins the conversation (after ``kept``, what trimming left), whatever its reply becomes."""
+        self.messages = [*kept, user]
+        self.tokens, self.rendered = tokens, rendered
+
+    def end_turn(self, text: str, tokens: list[int], finish: str | None) -> None:
+        self.messages.append(Message("assistant", text, tokens, finish))
+        self.rendered += text
+
     def _tokenize_full(self, text: str) -> list[int]:
         bos_text = self.template.bos_token
         add_bos = self.model.add_bos and not (bos_text and text.startswith(bos_text))
@@ -53,8 +70,11 @@ class Conversation:
             if message.role != "assistant":
                 continue
             tokens, rendered = self.extend(tokens, rendered, messages[:i])
-            tokens = tokens + (message.tokens if message.tokens is not None
-                               else self.model.tokenize(message.content, add_special=False))
+            generated = message.tokens
+            if generated is None or not all(0 <= t < self.model.n_vocab for t in generated):
+                # Never generated here, or stored ids this model does not have (a damaged record): its text it is.
+                generated = self.model.tokenize(message.content, add_special=False)
+            tokens = tokens + generated
             rendered += message.content
         return tokens, rendered
 

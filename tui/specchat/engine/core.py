@@ -23,6 +23,7 @@ from .chat_template import ChatTemplate
 from .config import DEFAULT_MAX_TOKENS, EngineConfig, SpecConfig
 from .conversation import Conversation, Message
 from .costs import CostCache, measure_verify_cost, sizes_up_to
+from .cpu import ThreadGovernor
 from .drafters import Drafter, NgramDrafter
 from .events import (
     DraftRejected,
@@ -32,6 +33,7 @@ from .events import (
     SpeculationChanged,
     SpeculationState,
     StepVerified,
+    ThreadsAdjusted,
     TokenEmitted,
     TokenKind,
 )
@@ -74,6 +76,7 @@ class Engine:
         self._learned: dict[tuple[SpecConfig, object], AutoDraftLength | MatchClasses] = {}
         self._ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
         self._configure_speculation()
+        self._governor = self._new_governor()
         self.new_chat()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -147,6 +150,7 @@ class Engine:
             messages = [Message(m.role, m.content, None, m.finish_reason) for m in self.messages]
             self.chat = Conversation(target.model, target.template)
             self._configure_speculation()
+            self._governor = self._new_governor()
             # Token ids of the old target mean nothing to the new one: keep the text, re-tokenize.
             self.restore(messages)
             return "full reload"
@@ -170,7 +174,29 @@ class Engine:
         self.config = config
         if config.spec != old.spec or config.sampling != old.sampling or action == "draft reloaded":
             self._configure_speculation()
+        if (config.target.threads, config.adapt_threads) != (old.target.threads, old.adapt_threads):
+            self._governor = self._new_governor()
         return action
+
+    def _new_governor(self) -> ThreadGovernor | None:
+        if not self.config.adapt_threads:
+            return None
+        return ThreadGovernor(self.config.target.threads, self._use_threads)
+
+    def _use_threads(self, threads: int) -> None:
+        """Decode with ``threads`` threads from now on (never more than each model is configured for)."""
+        self.ctx.set_threads(min(threads, self.config.target.threads))
+        if self._draft is not None:
+            self._draft.ctx.set_threads(min(threads, self._draft.threads))
+
+    @property
+    def ngram_index_size(self) -> int:
+        """n-gram keys the prompt-lookup drafter holds (bounded however long the chat: benchmarks/stress)."""
+        return self._ngram.index_size
+
+    @property
+    def threads(self) -> int:
+        return self._governor.threads if self._governor is not None else self.config.target.threads
 
     def _configure_speculation(self) -> None:
         spec, sampling = self.config.spec, self.config.sampling
@@ -247,17 +273,16 @@ class Engine:
         self.restore([Message("system", system)] if system else [])
 
     def restore(self, messages: list[Message]) -> None:
-        """Continue an earlier conversation; the KV cache is reused as far as it matches."""
-        if messages == self.chat.messages:
-            return  # already this conversation (a front end passes its history with every question)
-        self.chat.messages = list(messages)
-        self._adopt(*self.chat.rebuild(self.chat.messages))
+        """Continue an earlier conversation; the KV cache is reused as far as it matches. (A front end passes its
+        history with every question: when it is already the conversation, nothing is re-tokenized.)"""
+        before = self.chat.tokens
+        if self.chat.restore(messages):
+            self._index_anew_unless_grown(before)
 
-    def _adopt(self, tokens: list[int], rendered: str) -> None:
-        """Make ``tokens`` the conversation; drafters that index it start over unless it only grew."""
-        if common_prefix(self.chat.tokens, tokens) < len(self.chat.tokens):
+    def _index_anew_unless_grown(self, before: list[int]) -> None:
+        """Drafters that index the conversation start over unless it only grew from ``before``."""
+        if common_prefix(before, self.chat.tokens) < len(before):
             self._ngram.reset()
-        self.chat.tokens, self.chat.rendered = tokens, rendered
 
     def clear_cache(self, *, replies: bool = False) -> None:
         """Empty the KV caches, so the next reply decodes its whole prompt (benchmarks time cold prompts); with
@@ -321,13 +346,16 @@ class Engine:
                            prompt_tokens=len(prompt), n_ctx=cfg.n_ctx)
         reused = min(common_prefix(self.ctx.cached, prompt), len(prompt) - 1)
         recall = prompt[-RECALL_CONTEXT:]  # a copy: ``prompt`` becomes the conversation and grows with the reply
-        # The user's message is part of the conversation from here on, whatever happens to the reply.
-        self.chat.messages = [*history, user]
-        self._adopt(prompt, rendered)
+        before = self.chat.tokens
+        self.chat.begin_turn(history, user, prompt, rendered)
+        self._index_anew_unless_grown(before)
         yield ReplyStarted(len(prompt), reused, len(prompt) - reused, cfg.n_ctx, state)
 
         reply = _Reply(stats, started)
         finish: str | None = None
+        governor = self._governor
+        if governor is not None:
+            self._use_threads(governor.threads)  # models loaded since were made with the profile's count
         try:
             t = perf_counter()
             stats.prefill_tokens = self.ctx.sync(prompt)
@@ -356,6 +384,8 @@ class Engine:
                     if outcome.ends_reply:
                         finish = "stop"
                         stats.end_from_draft = outcome.token is None
+                    elif governor is not None and governor.check():
+                        yield ThreadsAdjusted(governor.threads, governor.allowed, governor.others, governor.n_cores)
         except GeneratorExit:
             finish = "cancelled"  # a consumer that stops iterating has cancelled the reply
             raise
@@ -366,11 +396,11 @@ class Engine:
             text = "".join(reply.text) + reply.decoder.decode(b"", final=True)
             final_state = self.speculation_state()
             stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
-            self.chat.messages.append(Message("assistant", text, list(reply.tokens), finish))
-            self.chat.rendered += text
+            self.chat.end_turn(text, list(reply.tokens), finish)
             if reply.tokens:  # drafts for asking again, regenerating, an A/B rerun
                 self._ngram.remember(recall + reply.tokens)
             stats.context_used = len(self.tokens)
+            stats.threads = self.threads
             stats.t_total = perf_counter() - started
         yield ReplyFinished(text, finish, stats)
 

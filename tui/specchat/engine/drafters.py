@@ -127,6 +127,11 @@ class NgramDrafter:
         """Tokens kept from earlier conversations."""
         return len(self._memory)
 
+    @property
+    def index_size(self) -> int:
+        """n-gram keys indexed: the conversation's and the remembered replies' together."""
+        return len(self._conversation.follows) + len(self._recall.follows)
+
     def remember(self, tokens: Sequence[int]) -> None:
         """Keep ``tokens`` (a reply and the text just before it) for drafting in later conversations."""
         if len(self._memory) + len(tokens) >= self.MEMORY_TOKENS:

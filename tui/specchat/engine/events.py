@@ -7,6 +7,7 @@ then for each verify step, in this order:
 3. ``TokenEmitted`` for the target's own token: the correction (``corrected``), the bonus after a fully accepted draft
    (``bonus``) or a plain token (``target``) — absent when that token, or an accepted draft token, ended the reply;
 4. ``SpeculationChanged`` if the step switched speculation on or off, then ``StepVerified`` with the step's counts;
+5. ``ThreadsAdjusted`` when the engine changed how many threads decode the next steps (a busy machine);
 and finally ``ReplyFinished`` with the reply's telemetry. A rejected tail is therefore always shown between the
 accepted tokens of its step and the target's correction.
 """
@@ -83,10 +84,19 @@ class StepVerified:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadsAdjusted:
+    threads: int  # decoding the next steps
+    allowed: int  # the most the profile allows
+    others_cores: float  # cores other processes kept busy over the last second
+    n_cores: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReplyFinished:
     text: str
     finish_reason: str  # "stop", "length", "context_full", "cancelled" or "error"
     stats: ReplyStats
 
 
-Event = ReplyStarted | ContextTrimmed | SpeculationChanged | TokenEmitted | DraftRejected | StepVerified | ReplyFinished
+Event = (ReplyStarted | ContextTrimmed | SpeculationChanged | TokenEmitted | DraftRejected | StepVerified
+         | ThreadsAdjusted | ReplyFinished)

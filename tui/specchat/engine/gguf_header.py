@@ -33,54 +33,76 @@ _SCALARS = {
 }
 
 
+SUPPORTED_VERSIONS = (2, 3)  # version 1 had 32-bit lengths; llama.cpp reads only these
+MAX_NESTING = 4  # arrays of arrays: real files nest at most once
+
+
 class _Cursor:
+    """Reads values in order; every length is checked against the bytes left before anything is read or allocated,
+    so a damaged header fails at once instead of allocating gigabytes or looping through the file."""
+
     def __init__(self, data: memoryview) -> None:
         self.data = data
         self.pos = 0
 
+    def _need(self, n: int, what: str) -> None:
+        if n > len(self.data) - self.pos:
+            raise ValueError(f"{what} of {n:,} bytes at offset {self.pos:,} runs past the end of the file")
+
     def unpack(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        self._need(size, "a value")
         value = struct.unpack_from(fmt, self.data, self.pos)[0]
-        self.pos += struct.calcsize(fmt)
+        self.pos += size
         return value
 
     def string(self) -> str:
         n = self.unpack("<Q")
+        self._need(n, "a string")
         raw = bytes(self.data[self.pos : self.pos + n])
         self.pos += n
         return raw.decode("utf-8", "replace")
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, depth: int = 0) -> Any:
         if vtype == GGUFValueType.STRING:
             return self.string()
         if vtype == GGUFValueType.ARRAY:
+            if depth >= MAX_NESTING:
+                raise ValueError(f"arrays nested more than {MAX_NESTING} deep")
             item_type = self.unpack("<I")
             count = self.unpack("<Q")
             if item_type in _SCALARS:
                 fmt = _SCALARS[GGUFValueType(item_type)]
                 size = struct.calcsize(fmt)
+                self._need(count * size, f"an array of {count:,} values")
                 values = list(struct.unpack_from(f"<{count}{fmt[1]}", self.data, self.pos))
                 self.pos += size * count
                 return values
-            return [self.value(item_type) for _ in range(count)]
+            self._need(count * 8, f"an array of {count:,} strings or arrays")  # each at least a 64-bit length
+            return [self.value(item_type, depth + 1) for _ in range(count)]
         return self.unpack(_SCALARS[GGUFValueType(vtype)])
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
     """All metadata key/values of a GGUF file, plus ``gguf.file_size``."""
     try:
-        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        # The view is released before the map closes, however the reading ends (else closing raises BufferError).
+        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm, memoryview(mm) as view:
             if mm[:4] != GGUF_MAGIC:
                 raise ModelError(f"{path} is not a GGUF file (bad header) — re-download it or pick another file")
-            cursor = _Cursor(memoryview(mm))
+            cursor = _Cursor(view)
             cursor.pos = 4
             version = cursor.unpack("<I")
+            if version not in SUPPORTED_VERSIONS:
+                raise ModelError(f"{path}: GGUF version {version} is not one llama.cpp reads"
+                                 f" ({', '.join(map(str, SUPPORTED_VERSIONS))}) — convert the model again")
             n_tensors = cursor.unpack("<Q")
             n_kv = cursor.unpack("<Q")
+            cursor._need(n_kv * 12, f"{n_kv:,} key/value pairs")  # a key's length and a value's type at least
             meta: dict[str, Any] = {"gguf.version": version, "gguf.tensor_count": n_tensors, "gguf.file_size": len(mm)}
             for _ in range(n_kv):
                 key = cursor.string()
                 meta[key] = cursor.value(cursor.unpack("<I"))
-            cursor.data.release()
             return meta
     except (struct.error, ValueError, IndexError) as exc:
         raise ModelError(f"{path}: the GGUF header is truncated or corrupt ({exc}) — re-download the file") from None

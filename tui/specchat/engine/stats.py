@@ -54,6 +54,7 @@ class ReplyStats:
     t_last_token: float | None = None  # seconds from the request to the last token shown
     context_used: int = 0
     n_ctx: int = 0
+    threads: int = 0  # threads decoding at the end of the reply (fewer than allowed on a busy machine)
 
     def record_step(self, drafted: int, accepted: int, ignored: int = 0, withheld: int = 0) -> None:
         self.steps += 1

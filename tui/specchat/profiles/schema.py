@@ -19,14 +19,22 @@ from tomlkit.exceptions import ParseError
 from tomlkit.toml_document import TOMLDocument
 
 from .. import paths
-from ..engine.config import METHODS, EngineConfig, ModelSpec, SpecConfig, default_threads
+from ..engine.config import (
+    APIS,
+    BACKENDS,
+    METHODS,
+    SPEC_TYPES,
+    BackendSpec,
+    EngineConfig,
+    ModelSpec,
+    SpecConfig,
+    default_threads,
+)
 from ..engine.sampling import SamplingParams
 from ..errors import ConfigError, SpecchatError
 from . import models
 
 DEFAULT_PROFILE = "tiny"
-# "mtp" is a valid profile method (multi-token prediction heads), but needs a backend specchat does not have yet.
-PROFILE_METHODS = (*METHODS, "mtp")
 
 
 def bundled_dir() -> Path:
@@ -53,36 +61,64 @@ def _is_int(v: Any) -> bool:
 
 
 def _fits(spec: Key, value: Any) -> bool:
+    if spec.kind is bool:
+        return isinstance(value, bool)
     ok_type = _is_int(value) if spec.kind is int else isinstance(value, spec.kind) and not isinstance(value, bool)
     return ok_type and spec.check(value)
 
 
+# Upper bounds: llama.cpp's C fields are 32-bit and ctypes truncates a larger int without a word (2**32 + 64 context
+# tokens would become 64), and nothing sensible lies beyond these.
+INT32, UINT32 = 2**31 - 1, 2**32 - 1
+MAX_CTX = 2**24
+MAX_LAYERS = 10_000
+MAX_THREADS = 1024
+MAX_DRAFT = 256
+LAYERS = f"an integer from -1 (all) to {MAX_LAYERS:,}"
+THREADS = f"an integer from 0 (one per core) to {MAX_THREADS}"
+
 SCHEMA: dict[str, dict[str, Key]] = {
     "target": {
         "model": Key(str, None, "a GGUF path or model name"),
-        "n_ctx": Key(int, 4096, "an integer ≥ 64", lambda v: v >= 64),
-        "n_gpu_layers": Key(int, 0, "an integer ≥ -1 (-1 = all)", lambda v: v >= -1),
-        "threads": Key(int, 0, "an integer ≥ 0 (0 = one per core)", lambda v: v >= 0),
-        "expected_size_gb": Key((int, float), None, "a size in GB > 0", lambda v: v > 0),
+        "n_ctx": Key(int, 4096, f"an integer from 64 to {MAX_CTX:,}", lambda v: 64 <= v <= MAX_CTX),
+        "n_gpu_layers": Key(int, 0, LAYERS, lambda v: -1 <= v <= MAX_LAYERS),
+        "threads": Key(int, 0, THREADS, lambda v: 0 <= v <= MAX_THREADS),
+        "adapt_threads": Key(bool, True, "true (fewer threads while the machine is busy) or false"),
+        "expected_size_gb": Key((int, float), None, "a size in GB > 0", lambda v: 0 < v < 1e6),
     },
     "draft": {
-        "method": Key(str, "none", f"one of {', '.join(PROFILE_METHODS)}", lambda v: v in PROFILE_METHODS),
+        "method": Key(str, "none", f"one of {', '.join(METHODS)}", lambda v: v in METHODS),
         "model": Key(str, None, "a GGUF path or model name"),
-        "n_gpu_layers": Key(int, 0, "an integer ≥ -1 (-1 = all)", lambda v: v >= -1),
-        "threads": Key(int, 0, "an integer ≥ 0 (0 = one per core)", lambda v: v >= 0),
-        "n_max": Key((int, str), 4, 'an integer ≥ 1 or "auto"', lambda v: v == "auto" or (_is_int(v) and v >= 1)),
-        "n_min": Key(int, 0, "an integer ≥ 0", lambda v: v >= 0),
+        "n_gpu_layers": Key(int, 0, LAYERS, lambda v: -1 <= v <= MAX_LAYERS),
+        "threads": Key(int, 0, THREADS, lambda v: 0 <= v <= MAX_THREADS),
+        "n_max": Key((int, str), 4, f'an integer from 1 to {MAX_DRAFT} or "auto"',
+                     lambda v: v == "auto" or (_is_int(v) and 1 <= v <= MAX_DRAFT)),
+        "n_min": Key(int, 0, f"an integer from 0 to {MAX_DRAFT}", lambda v: 0 <= v <= MAX_DRAFT),
         "p_min": Key((int, float), 0.0, "a probability in [0, 1]", lambda v: 0 <= v <= 1),
-        "ngram_min": Key(int, 2, "an integer ≥ 1", lambda v: v >= 1),
-        "ngram_max": Key(int, 4, "an integer ≥ 1", lambda v: v >= 1),
-        "expected_size_gb": Key((int, float), None, "a size in GB > 0", lambda v: v > 0),
+        "ngram_min": Key(int, 2, f"an integer from 1 to {MAX_DRAFT}", lambda v: 1 <= v <= MAX_DRAFT),
+        "ngram_max": Key(int, 4, f"an integer from 1 to {MAX_DRAFT}", lambda v: 1 <= v <= MAX_DRAFT),
+        "expected_size_gb": Key((int, float), None, "a size in GB > 0", lambda v: 0 < v < 1e6),
     },
     "sampling": {
-        "temperature": Key((int, float), 0.0, "a number ≥ 0 (0 = greedy)", lambda v: v >= 0),
-        "top_k": Key(int, 40, "an integer ≥ 0 (0 = off)", lambda v: v >= 0),
+        "temperature": Key((int, float), 0.0, "a number from 0 (greedy) to 100", lambda v: 0 <= v <= 100),
+        "top_k": Key(int, 40, f"an integer from 0 (off) to {INT32:,}", lambda v: 0 <= v <= INT32),
         "top_p": Key((int, float), 0.95, "a number in (0, 1]", lambda v: 0 < v <= 1),
         "min_p": Key((int, float), 0.05, "a number in [0, 1)", lambda v: 0 <= v < 1),
-        "seed": Key(int, 0, "an integer ≥ 0", lambda v: v >= 0),
+        "seed": Key(int, 0, f"an integer from 0 to {UINT32:,}", lambda v: 0 <= v <= UINT32),
+    },
+    "backend": {
+        "kind": Key(str, "local", f"one of {', '.join(BACKENDS)}", lambda v: v in BACKENDS),
+        "spec_type": Key(str, None, f"one of llama.cpp's spec types: {', '.join(SPEC_TYPES)}", lambda v: v in SPEC_TYPES),
+        "binary": Key(str, None, "the path of a llama-server binary"),
+        "url": Key(str, None, 'an http:// or https:// URL, e.g. "http://gpu-box:8080"',
+                   lambda v: v.startswith(("http://", "https://"))),
+        "api_key_env": Key(str, None, "the NAME of an environment variable holding the API key (never the key)",
+                           lambda v: v.isidentifier()),
+        "api": Key(str, "auto", f"one of {', '.join(APIS)}", lambda v: v in APIS),
+        "args": Key(list, [], "a list of extra llama-server arguments, as strings",
+                    lambda v: all(isinstance(a, str) for a in v)),
+        "ready_timeout": Key((int, float), 120, "seconds > 0 to wait for the server to load (at most a day)",
+                             lambda v: 0 < v <= 86400),
     },
     "chat": {
         "system_prompt": Key(str, "", "a string"),
@@ -123,8 +159,13 @@ def _line_of(source: str, section: str, key: str | None) -> int | None:
 def _where(path: Path | None, source: str, section: str, key: str | None = None) -> str:
     name = str(path) if path else "<profile>"
     line = _line_of(source, section, key)
-    at = f"[{section}]" + (f" {key}" if key else "")
+    at = f"[{_shown(section)}]" + (f" {_shown(key)}" if key else "")
     return f"{name}:{line}: {at}" if line else f"{name}: {at}"
+
+
+def _shown(name: str) -> str:
+    """A section or key name as the file has it, quoted when it holds characters a line cannot show."""
+    return name if name.isprintable() and name.strip() == name and name else repr(name)
 
 
 def _suggest(word: str, choices: list[str]) -> str:
@@ -152,7 +193,7 @@ def parse_profile(source: str, path: Path | None = None, name: str | None = None
             if not _fits(spec, value):
                 raise ConfigError(f"{_where(path, source, section, key)}: got {value!r}, expected {spec.expected}")
             values[section][key] = value
-    if values["target"]["model"] is None:
+    if values["target"]["model"] is None and values["backend"]["kind"] != "remote":
         raise ConfigError(f"{label}: [target] model is missing — name the GGUF to chat with")
     draft = values["draft"]
     if draft["method"] == "draft" and draft["model"] is None:
@@ -161,6 +202,17 @@ def parse_profile(source: str, path: Path | None = None, name: str | None = None
         raise ConfigError(f"{_where(path, source, 'draft', 'n_min')}: n_min {draft['n_min']} exceeds n_max {draft['n_max']}")
     if draft["ngram_min"] > draft["ngram_max"]:
         raise ConfigError(f"{_where(path, source, 'draft', 'ngram_min')}: ngram_min exceeds ngram_max")
+    backend = values["backend"]
+    if backend["kind"] == "remote" and backend["url"] is None:
+        raise ConfigError(f"{_where(path, source, 'backend', 'kind')}: a remote backend needs [backend] url")
+    if backend["kind"] == "local":
+        for key in ("spec_type", "binary", "url", "api_key_env"):
+            if backend[key] is not None:
+                raise ConfigError(f"{_where(path, source, 'backend', key)}: {key} applies to a llama-server or remote"
+                                  " backend — set [backend] kind, or remove the key")
+        if draft["method"] == "mtp":
+            raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method 'mtp' needs a llama.cpp server —"
+                              " set [backend] kind = \"llama-server\" (multi-token prediction runs there)")
     name = name or (path.stem if path else "profile")
     # Presets open with "# name — summary"; the summary alone describes the profile.
     description = re.sub(rf"^{re.escape(name)}\s*[—–-]+\s*", "", _description(source))
@@ -216,6 +268,15 @@ def model_base(profile: Profile) -> Path | None:
     return profile.path.parent if profile.path is not None else None
 
 
+def _backend(values: dict[str, Any], base: Path | None) -> BackendSpec:
+    binary = values["binary"]
+    if binary is not None and base is not None and not Path(binary).expanduser().is_absolute():
+        binary = str(base / binary)
+    return BackendSpec(kind=values["kind"], spec_type=values["spec_type"], binary=binary, url=values["url"],
+                       api_key_env=values["api_key_env"], api=values["api"], args=tuple(values["args"]),
+                       ready_timeout=float(values["ready_timeout"]))
+
+
 def _template(choice: str | None, base: Path | None) -> str | None:
     """A template file named relative to the profile's folder becomes a full path; a format name stays a name."""
     if choice is None or not models.looks_like_path(choice) and not choice.endswith((".jinja", ".j2")):
@@ -235,11 +296,6 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
         values[section][key] = value
     target, draft, sampling = values["target"], values["draft"], values["sampling"]
     try:
-        if draft["method"] == "mtp":
-            raise ConfigError(
-                "method 'mtp' needs an engine with multi-token prediction (llama-server --spec-type draft-mtp);"
-                " specchat has no MTP backend yet — use a profile with method draft or ngram"
-            )
         spec = SpecConfig(
             method=draft["method"],
             n_max=draft["n_max"],
@@ -249,11 +305,16 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
             ngram_max=draft["ngram_max"],
         )
         base = model_base(profile)
-        target_spec = ModelSpec(
-            models.resolve(target["model"], "target", base), target["n_gpu_layers"], target["threads"] or default_threads()
-        )
+        remote = values["backend"]["kind"] == "remote"
+        if not remote:
+            target_path = models.resolve(target["model"], "target", base)
+        elif target["model"]:  # a remote server holds its own models; a local copy of the target only tokenizes
+            target_path = models.locate(target["model"], base).path or Path(target["model"])
+        else:
+            target_path = Path("remote")
+        target_spec = ModelSpec(target_path, target["n_gpu_layers"], target["threads"] or default_threads())
         draft_spec = None
-        if spec.method == "draft":
+        if spec.method == "draft" and not remote:
             draft_spec = ModelSpec(
                 models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], draft["threads"] or default_threads()
             )
@@ -271,6 +332,8 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
             n_ctx=target["n_ctx"],
             system_prompt=values["chat"]["system_prompt"] or None,
             chat_template=_template(values["chat"]["template"], base),
+            backend=_backend(values["backend"], base),
+            adapt_threads=target["adapt_threads"],
         )
     except SpecchatError as exc:
         raise type(exc)(f"profile {profile.name}: {exc}") from None

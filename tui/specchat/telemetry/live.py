@@ -20,6 +20,7 @@ from ..engine.events import (
     SpeculationChanged,
     SpeculationState,
     StepVerified,
+    ThreadsAdjusted,
     TokenEmitted,
 )
 from ..engine.stats import ReplyStats, rate
@@ -47,6 +48,7 @@ class LiveTelemetry:
     plain_tps: float | None = None  # plain decoding of the same target through the same loop, measured
     plain_source: str = ""
     trimmed: int = 0
+    threads: ThreadsAdjusted | None = None  # the engine's last thread change (a busy machine), if any
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=512))
 
     def consume(self, events: Iterable[Event]) -> None:
@@ -78,6 +80,8 @@ class LiveTelemetry:
             self.n_ctx = event.n_ctx
         elif isinstance(event, SpeculationChanged):
             self.speculation = event.speculation
+        elif isinstance(event, ThreadsAdjusted):
+            self.threads = event
         elif isinstance(event, ContextTrimmed):
             self.trimmed += event.dropped_messages
         elif isinstance(event, ReplyFinished):
@@ -114,6 +118,15 @@ class LiveTelemetry:
         if self.ttft is None or not self._recent:
             return None
         return rate(self.reply_tokens - 1, self._recent[-1] - self.ttft)
+
+    @property
+    def busy_machine(self) -> str | None:
+        """One line when the engine decodes with fewer threads than allowed because other processes use the cores."""
+        t = self.threads
+        if t is None or t.threads >= t.allowed:
+            return None
+        return (f"busy machine: others use {t.others_cores:.1f} of {t.n_cores} cores — decoding with {t.threads} of"
+                f" {t.allowed} threads")
 
     def speedup(self) -> float | None:
         reply, plain = self.reply_rate(), self.plain_tps

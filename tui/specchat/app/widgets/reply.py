@@ -109,6 +109,7 @@ class ProvenanceLines(TextLines, Widget):
             self._forget()
         kept = len(self._closed_lines)
         console = self.app.console
+        width = max(width, 1)  # a terminal squeezed to nothing still lays out (Rich cannot fold words into 0 columns)
         closed = self._paragraphs[:-1]
         start = self._open_from
         for i in range(start, self._end - 1):

@@ -24,6 +24,7 @@ class MemorySnapshot:
     gpu: GpuMemory | GpuUnavailable
     rss: int | None
     model_bytes: dict[str, int]  # role → weights size
+    whose: str = "this process"  # or the model server's
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ProfileInfo:
     name: str
     method: str
     status: str = ""  # e.g. "loading models…" or a load error
+    where: str = ""  # where the model runs: in this process, or a server's pid and URL
 
 
 def _pct(value: float | None) -> str:
@@ -89,6 +91,8 @@ class Sidebar(TextLines, ScrollView):
         head = Text()
         head.append(f"{profile.name}\n", style="bold")
         head.append(f"method {profile.method}" + (f" · draft length {t.n_max}" if t.n_max else "") + "\n")
+        if profile.where:
+            head.append(profile.where + "\n", style="dim")
         if profile.status:
             head.append(profile.status + "\n", style="italic")
         if spec is None:
@@ -129,6 +133,8 @@ class Sidebar(TextLines, ScrollView):
             speed.append(("vs plain", value))
             if speedup < 1 and spec is not None and spec.active:
                 speed.append(("", Text("⚠ slower than plain", style="#ffaf00")))
+        if t.busy_machine:
+            speed.append(("", Text(f"⚠ {t.busy_machine}", style="#ffaf00")))
 
         r = t.reply
         columns = {"drafted": r.drafted, "accepted": r.accepted, "rejected": r.rejected}
@@ -142,10 +148,11 @@ class Sidebar(TextLines, ScrollView):
             mem.append("–")
         elif isinstance(memory.gpu, GpuMemory):
             g = memory.gpu
-            mem.append(f"{g.name}\nVRAM {_mb(g.used)} / {_mb(g.total)}\nthis process {_mb(g.process)}\n")
+            mem.append(f"{g.name}\nVRAM {_mb(g.used)} / {_mb(g.total)}\n{memory.whose} {_mb(g.process)}\n")
         else:
             mem.append(f"no GPU: {memory.gpu.reason}\n")
-            mem.append(f"RAM (RSS) {_mb(memory.rss)}\n")
+            mem.append(f"RAM (RSS) {_mb(memory.rss)}" + ("" if memory.whose == "this process" else
+                                                           f" ({memory.whose})") + "\n")
         if memory is not None:
             for role, size in memory.model_bytes.items():
                 mem.append(f"{role} weights {_mb(size)}\n")

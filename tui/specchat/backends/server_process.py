@@ -1,0 +1,113 @@
+"""A llama-server process started for a profile: a free loopback port, its log, readiness on ``/health``, a clean stop.
+
+Every server started here is stopped when specchat exits (``atexit``), so none is left running behind it; a server
+that dies on its own is noticed by the next request.
+"""
+
+from __future__ import annotations
+
+import atexit
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from ..errors import BackendError
+
+_RUNNING: set[ServerProcess] = set()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, binary: Path, args: list[str], *, port: int | None = None, ready_timeout: float = 120.0) -> None:
+        self.binary, self.args, self.ready_timeout = binary, args, ready_timeout
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="specchat-llama-server-", suffix=".log", delete=False)
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        command = [str(self.binary), *self.args, "--host", "127.0.0.1", "--port", str(self.port)]
+        try:
+            self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise BackendError(f"cannot start {self.binary}: {exc.strerror} — check [backend] binary") from None
+        _RUNNING.add(self)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            code = self.proc.poll()
+            if code is not None:
+                self.stop()
+                log = self.last_log_lines()
+                if any("couldn't bind" in line or "address already in use" in line.lower() for line in log):
+                    raise BackendError(f"llama-server could not listen on port {self.port}: it is taken — free it or"
+                                       " choose another port")
+                raise BackendError(f"llama-server exited at start (code {code}): {' / '.join(log) or 'no output'}")
+            if self._answers_health():
+                return
+            time.sleep(0.2)  # still loading the model (503), or not listening yet
+        self.stop()
+        raise BackendError(f"llama-server did not become ready within {self.ready_timeout:.0f} s (last log line:"
+                           f" {self.last_log_lines(1)[0] if self.last_log_lines(1) else 'none'}) — raise"
+                           " [backend] ready_timeout for a large model")
+
+    def _answers_health(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def ensure_running(self) -> None:
+        """Before a request: a server that died (killed, crashed) or stopped answering is started again. A killed
+        server can still be in the process table while its socket already refuses, so ``/health`` decides."""
+        if not (self.alive and self._answers_health()):
+            self.stop()
+            self.start()
+
+    def last_log_lines(self, n: int = 3) -> list[str]:
+        self.log.flush()
+        lines = [line.strip() for line in Path(self.log.name).read_text(errors="replace").splitlines() if line.strip()]
+        return lines[-n:]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        _RUNNING.discard(self)
+
+    def close(self) -> None:
+        self.stop()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_RUNNING):
+        server.stop()

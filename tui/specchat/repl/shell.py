@@ -1,0 +1,362 @@
+"""The REPL: read a line, answer it into the scrollback, repeat — on the same backend, session and store as the app.
+
+Replies are generated on a worker thread while this one prints their tokens as they arrive (at most five times a
+second, like the app's frames, so printing never takes the cores from decoding) and keeps the status line current.
+Ctrl+C stops a reply (kept, marked cancelled); a second Ctrl+C, or the terminal closing, quits with the partial
+reply saved as interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import signal
+import sys
+import termios
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from prompt_toolkit import PromptSession, print_formatted_text
+from prompt_toolkit.formatted_text import FormattedText
+from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.input import Input
+from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.output import ColorDepth, Output, create_output
+
+from ..backends import Backend, open_backend
+from ..chats.records import INTERRUPTED, ReplyRecord
+from ..chats.session import ChatSession
+from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
+from ..cli.ask import summary_line
+from ..engine import DraftRejected, ReplyFinished, ReplyStarted, TokenEmitted
+from ..errors import SpecchatError, one_line
+from ..profiles import Profile, engine_config, load_profile
+from ..telemetry.live import LiveTelemetry
+from ..text import valid_text
+from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
+from . import render
+from .status import StatusLine
+
+FRAME_S = 0.2
+MEMORY_EVERY_S = 1.0
+
+
+@dataclass
+class ReplSettings:
+    profile: str
+    color: bool = True
+    plain: bool = False  # for screen readers: only the text and the summary
+    vi: bool = False
+    db_path: Path | None = None  # None: chats in memory only
+    history_path: Path | None = None  # None: prompt history in memory only
+    max_tokens: int = 1024
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: str
+    started: bool
+
+
+_DONE = object()
+
+
+class Repl:
+    def __init__(self, settings: ReplSettings, *, input: Input | None = None, output: Output | None = None,
+                 text_out: TextIO | None = None, interactive: bool = True) -> None:
+        from .commands import SlashCompleter
+
+        self.settings = settings
+        self.interactive = interactive
+        self.text_out = text_out or sys.stdout
+        self.output = output or create_output()
+        self.backend: Backend | None = None
+        self.profile: Profile | None = None
+        self.telemetry = LiveTelemetry()
+        self.ghosts = False
+        self.quitting = False
+        self._memory_text, self._memory_at = "–", -MEMORY_EVERY_S
+        store = self._open_store()
+        self.session = ChatSession(store, settings.profile, None, self._problem)
+        self.prompt: PromptSession | None = None
+        if interactive:  # piped lines need no line editor
+            if settings.history_path is not None:
+                settings.history_path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+                settings.history_path.touch(mode=FILE_MODE)
+                private(settings.history_path, FILE_MODE)  # a prompt history is as private as the chats
+            history = FileHistory(str(settings.history_path)) if settings.history_path else InMemoryHistory()
+            self.prompt = PromptSession(history=history, input=input, output=self.output,
+                                        completer=SlashCompleter(self), complete_while_typing=True,
+                                        key_bindings=self._keys(), vi_mode=settings.vi,
+                                        color_depth=None if settings.color else ColorDepth.MONOCHROME,
+                                        bottom_toolbar=None if settings.plain else self._toolbar)
+
+    # -- output --------------------------------------------------------------------------------------------------
+
+    def say(self, line: str, style: str = "") -> None:
+        """A line of the REPL's own (not model output)."""
+        self._print(FormattedText([(style, line + "\n")]))
+
+    def print_record(self, record: ReplyRecord) -> None:
+        fragments = []
+        for i, (text, kind) in enumerate(record.segments):
+            fragments.append((f"class:{kind}", text))
+            if self.ghosts and i in record.ghosts:
+                fragments.append(("class:ghost", record.ghosts[i]))
+        self._print(FormattedText([*fragments, ("", "\n")]))
+
+    def _print(self, text: FormattedText) -> None:
+        if self.settings.color and not self.settings.plain:
+            print_formatted_text(text, style=render.STYLE, end="", output=self.output)
+        else:
+            self.text_out.write("".join(fragment for _, fragment, *_ in text))
+            self.text_out.flush()
+
+    def _problem(self, line: str, error: bool) -> None:
+        self.say(("specchat: " if error else "") + line, "class:warn" if error else "class:dim")
+
+    def _memory(self) -> str:
+        """VRAM through NVML where there is a GPU, else resident memory; of the process holding the model (a managed
+        llama-server's, or this one). Sampled at most once a second: the toolbar redraws more often."""
+        now = time.monotonic()
+        if now - self._memory_at >= MEMORY_EVERY_S:
+            pid = self.backend.pid if self.backend else None
+            gpu = gpu_memory(pid=pid)
+            if isinstance(gpu, GpuMemory):
+                self._memory_text = f"VRAM {gpu.used / 1e6:,.0f} / {gpu.total / 1e6:,.0f} MB"
+            else:
+                rss = rss_bytes(pid)
+                self._memory_text = "–" if rss is None else f"RSS {rss / 1e6:,.0f} MB"
+            self._memory_at = now
+        return self._memory_text
+
+    def _toolbar(self) -> FormattedText:
+        method = self.backend.config.spec.method if self.backend else "–"
+        name = self.profile.name if self.profile else self.settings.profile
+        return FormattedText([("class:toolbar", render.figures(self.telemetry, name, method, self._memory()))])
+
+    # -- set-up ----------------------------------------------------------------------------------------------------
+
+    def _open_store(self) -> Store | None:
+        if self.settings.db_path is None:
+            return None
+        store, problem = open_store(self.settings.db_path)
+        if problem:
+            self._problem(problem, True)
+        return store
+
+    def _keys(self) -> KeyBindings:
+        keys = KeyBindings()
+
+        @keys.add("escape", "enter")
+        def _newline(event) -> None:  # Alt+Enter or Esc then Enter: a newline inside the message
+            event.current_buffer.insert_text("\n")
+
+        return keys
+
+    def load(self, name: str) -> str:
+        """Load (or switch to) a profile with the least work; returns what was done."""
+        profile = load_profile(name)
+        if self.profile is None:  # the first profile gives the chat its system prompt; a switch keeps the chat's
+            self.session.system_prompt = profile.values["chat"]["system_prompt"] or None
+        config = dataclasses.replace(engine_config(profile), system_prompt=self.session.system_prompt)
+        if self.backend is not None and self.backend.config.backend.kind == config.backend.kind:
+            action = self.backend.apply(config)
+        else:
+            if self.backend is not None:
+                self.backend.close()
+                self.backend = None
+            self.backend, action = open_backend(config), "loaded"
+        self.profile = profile
+        self.session.set_profile(profile.name)
+        if action in ("loaded", "full reload", "server restarted"):
+            self.telemetry.set_plain_reference(self.backend.measure_plain_rate(), "plain run after loading")
+        self.telemetry.reset_chat()
+        self.telemetry.speculation = self.backend.speculation_state()
+        if not self.settings.plain:
+            for note in self.backend.notes:
+                self._problem(f"note: {note}", False)
+        return action
+
+    def profile_system_prompt(self) -> str | None:
+        return (self.profile.values["chat"]["system_prompt"] or None) if self.profile else None
+
+    def _start(self) -> bool:
+        """Load the first profile. False (having said why) when it cannot."""
+        try:
+            self.load(self.settings.profile)
+        except SpecchatError as exc:
+            self._problem(str(exc), True)
+            return False
+        return True
+
+    # -- the loop --------------------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        from .commands import run_command
+
+        assert self.prompt is not None
+        if not self._start():
+            return 2
+        if not self.settings.plain:
+            self.say(f"specchat repl · {self.settings.profile} · {self.backend.where} · /help for commands,"
+                     " Ctrl+D to quit", "class:dim")
+        try:
+            while not self.quitting:
+                try:
+                    text = valid_text(self.prompt.prompt("› "))  # slash commands' arguments too
+                except KeyboardInterrupt:
+                    continue  # Ctrl+C at the prompt clears the line
+                except EOFError:
+                    break  # Ctrl+D on an empty line
+                if not text.strip():
+                    continue
+                if text.startswith("/"):
+                    run_command(self, text)
+                else:
+                    self.answer(text)
+        finally:
+            self.close()
+        return 0
+
+    def run_lines(self, lines: TextIO) -> int:
+        """Not a terminal (``echo hi | specchat repl``): answer each line, no toolbar, then exit."""
+        if not self._start():
+            return 2
+        try:
+            for line in lines:
+                if line.strip():
+                    self.answer(line.rstrip("\n"))
+        finally:
+            self.close()
+        return 0
+
+    def answer(self, text: str) -> None:
+        """Ask ``text``, print the reply as it streams, then its summary."""
+        assert self.backend is not None
+        backend = self.backend
+        history = self.session.engine_messages(backend.target_id)
+        text = self.session.add_user(text).text
+        record = self.session.add_reply(backend.target_id)
+        cancel = threading.Event()
+        inbox: queue.Queue = queue.Queue()
+
+        def work() -> None:
+            started = False
+            try:
+                for event in backend.answer(history, text, max_tokens=self.settings.max_tokens,
+                                            should_stop=cancel.is_set):
+                    started = started or isinstance(event, ReplyStarted)
+                    inbox.put(event)
+            except Exception as exc:
+                inbox.put(_Failed(one_line(exc), started))
+            finally:
+                inbox.put(_DONE)
+
+        worker = threading.Thread(target=work, name="specchat-engine", daemon=True)
+        status = StatusLine(self.output) if self.interactive and not self.settings.plain else None
+        with _Interrupts(cancel, self._quit_now), status or nullcontext(), _unechoed(self.prompt and self.prompt.input):
+            worker.start()
+            finished, failed = self._stream(inbox, record, status)
+        if failed is not None and not failed.started:
+            # Refused before it began (e.g. larger than the context): the exchange leaves no trace.
+            self.session.drop_from(len(self.session.turns) - 2)
+        elif failed is not None and record.streaming:
+            record.finish_reason = "error"
+        self.session.save()
+        if failed is not None:
+            self._problem(failed.error, True)
+        elif finished is not None:
+            self.say(summary_line(finished.stats, record.finish_reason or finished.finish_reason), "class:dim")
+
+    def _stream(self, inbox: queue.Queue, record, status: StatusLine | None) -> tuple[ReplyFinished | None,
+                                                                                     _Failed | None]:
+        """Print what arrives until the worker is done, in batches (one per frame)."""
+        finished = failed = None
+        while True:
+            events = [inbox.get()]
+            while not inbox.empty():
+                events.append(inbox.get_nowait())
+            done = _DONE in events
+            failed = next((e for e in events if isinstance(e, _Failed)), failed)
+            events = [e for e in events if e is not _DONE and not isinstance(e, _Failed)]
+            finished = next((e for e in events if isinstance(e, ReplyFinished)), finished)
+            self.telemetry.consume(events)
+            record.add(events)
+            if self.quitting and not record.streaming:
+                record.finish_reason = INTERRUPTED  # stopped because the terminal closed, before it is saved
+            self.session.reply_changed(record)
+            fragments: list[tuple[str, str]] = []
+            for event in events:
+                if isinstance(event, TokenEmitted):
+                    fragments.append((f"class:{event.kind.value}", event.text))
+                elif isinstance(event, DraftRejected) and self.ghosts and not self.settings.plain:
+                    fragments.append(("class:ghost", event.text))
+            if any(isinstance(e, ReplyFinished) for e in events) or done:
+                fragments.append(("", "\n"))
+            if fragments:
+                self._print(FormattedText(fragments))
+            if status is not None:
+                status.show(self._toolbar()[0][1])
+            if done:
+                return finished, failed
+            time.sleep(FRAME_S)
+
+    def _quit_now(self) -> None:
+        self.quitting = True
+
+    def close(self) -> None:
+        self.session.interrupt()
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+
+
+@contextmanager
+def _unechoed(keyboard: Input | None) -> Iterator[None]:
+    """While a reply streams, keys pressed are not echoed into it (``^C`` included); Ctrl+C still interrupts and
+    what was typed waits for the next prompt."""
+    try:
+        fd = keyboard.fileno() if keyboard is not None else None
+        saved = termios.tcgetattr(fd) if fd is not None else None
+    except (termios.error, OSError, NotImplementedError):
+        saved = None  # not a terminal (a pipe)
+    if saved is None:
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)  # lflag
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
+class _Interrupts:
+    """While a reply streams: the first Ctrl+C stops it (kept, cancelled), the second — or the terminal closing —
+    quits the REPL with the partial reply saved as interrupted."""
+
+    def __init__(self, cancel: threading.Event, quit_now: Callable[[], None]) -> None:
+        self.cancel, self.quit_now = cancel, quit_now
+
+    def __enter__(self) -> _Interrupts:
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if signum != signal.SIGINT or self.cancel.is_set():
+            self.quit_now()
+        self.cancel.set()
+
+
+__all__ = ["INTERRUPTED", "Repl", "ReplSettings"]
