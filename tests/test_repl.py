@@ -120,6 +120,25 @@ def test_two_turns_with_a_profile_switch_between_them_saved_with_their_colours(r
     assert terminal.count("[draft n_max") == 1 and terminal.count("[ngram") == 1
 
 
+def test_every_llama_cpp_call_runs_on_one_thread(repl_settings, monkeypatch):
+    """llama.cpp (OpenMP) keeps a team of compute threads per calling thread: loading on one thread and decoding on
+    another gave two teams fighting for the cores, and the draft's one-token decodes ran at half speed."""
+    from specchat.engine.llama import Context, Model
+
+    threads: set[str] = set()
+    for cls, name in ((Model, "__init__"), (Context, "__init__"), (Context, "decode")):
+        original = getattr(cls, name)
+
+        def recorded(self, *args, _original=original, **kwargs):
+            threads.add(threading.current_thread().name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, recorded)
+    # Loading, the plain reference, two replies, a switch that reloads the draft, /ab and /retry.
+    run_repl(repl_settings, "Name a colour.\r/profile ngram\rAnd a fruit?\r/ab\r/profile tiny\r/retry\r" + CTRL_D)
+    assert len(threads) == 1, threads
+
+
 def test_slash_commands_complete_and_an_unknown_one_gets_a_did_you_mean(repl_settings):
     completer = SlashCompleter.__new__(SlashCompleter)
     completer.repl = None

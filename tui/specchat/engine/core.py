@@ -62,7 +62,9 @@ class _Reply:
 
 
 class Engine:
-    """Not thread-safe: drive it from one thread."""
+    """Not thread-safe: drive it from one thread, the same one for its whole life — loading included. llama.cpp's CPU
+    backend keeps a team of compute threads (OpenMP) per calling thread; a second caller makes a second team that
+    fights the first for the cores (a REPL that loaded on one thread and decoded on another drafted at half speed)."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config

@@ -71,7 +71,8 @@ def _ab(repl: Repl, _arg: str) -> None:
     backend = repl.backend
     repl.say("A/B: the last prompt again without speculation…", "class:dim")
     history = repl.session.engine_messages(backend.target_id, upto=index)
-    plain, tokens = backend.rerun_plain(history, text, record.reused_tokens or 0, repl.settings.max_tokens)
+    plain, tokens = repl.on_engine(backend.rerun_plain, history, text, record.reused_tokens or 0,
+                                   repl.settings.max_tokens)
     result = compare(dict(record.stats), list(record.tokens), plain, tokens, not backend.config.sampling.greedy)
     if plain.get("decode_tps"):
         repl.telemetry.set_plain_reference(plain["decode_tps"], "A/B plain run of the last prompt")

@@ -1,7 +1,10 @@
 """The REPL: read a line, answer it into the scrollback, repeat — on the same backend, session and store as the app.
 
-Replies are generated on a worker thread while this one prints their tokens as they arrive (at most five times a
-second, like the app's frames, so printing never takes the cores from decoding) and keeps the status line current.
+Every call into the backend runs on one engine thread, the same for the REPL's whole life: llama.cpp keeps a team of
+compute threads per calling thread (OpenMP), and a model loaded on one thread and decoded on another made a second
+team that fought the first for the cores (the draft's one-token decodes ran at half speed). While a reply is generated
+there, this thread prints its tokens as they arrive (at most five times a second, like the app's frames, so printing
+never takes the cores from decoding) and keeps the status line current.
 Ctrl+C stops a reply (kept, marked cancelled); a second Ctrl+C, or the terminal closing, quits with the partial
 reply saved as interrupted.
 """
@@ -16,10 +19,11 @@ import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from prompt_toolkit import PromptSession, print_formatted_text
 from prompt_toolkit.formatted_text import FormattedText
@@ -33,7 +37,7 @@ from ..chats.records import INTERRUPTED, ReplyRecord
 from ..chats.session import ChatSession
 from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
 from ..cli.ask import summary_line
-from ..engine import DraftRejected, ReplyFinished, ReplyStarted, TokenEmitted
+from ..engine import DraftRejected, EngineConfig, ReplyFinished, ReplyStarted, TokenEmitted
 from ..errors import SpecchatError, one_line
 from ..profiles import Profile, engine_config, load_profile
 from ..telemetry.live import LiveTelemetry
@@ -76,6 +80,7 @@ class Repl:
         self.text_out = text_out or sys.stdout
         self.output = output or create_output()
         self.backend: Backend | None = None
+        self._engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
         self.profile: Profile | None = None
         self.telemetry = LiveTelemetry()
         self.ghosts = False
@@ -165,23 +170,32 @@ class Repl:
         if self.profile is None:  # the first profile gives the chat its system prompt; a switch keeps the chat's
             self.session.system_prompt = profile.values["chat"]["system_prompt"] or None
         config = dataclasses.replace(engine_config(profile), system_prompt=self.session.system_prompt)
-        if self.backend is not None and self.backend.config.backend.kind == config.backend.kind:
-            action = self.backend.apply(config)
-        else:
-            if self.backend is not None:
-                self.backend.close()
-                self.backend = None
-            self.backend, action = open_backend(config), "loaded"
+        action = self.on_engine(self._switch_backend, config)
+        assert self.backend is not None
         self.profile = profile
         self.session.set_profile(profile.name)
         if action in ("loaded", "full reload", "server restarted"):
-            self.telemetry.set_plain_reference(self.backend.measure_plain_rate(), "plain run after loading")
+            self.telemetry.set_plain_reference(self.on_engine(self.backend.measure_plain_rate),
+                                               "plain run after loading")
         self.telemetry.reset_chat()
         self.telemetry.speculation = self.backend.speculation_state()
         if not self.settings.plain:
             for note in self.backend.notes:
                 self._problem(f"note: {note}", False)
         return action
+
+    def _switch_backend(self, config: EngineConfig) -> str:
+        if self.backend is not None and self.backend.config.backend.kind == config.backend.kind:
+            return self.backend.apply(config)
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+        self.backend = open_backend(config)
+        return "loaded"
+
+    def on_engine(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``call`` run on the engine thread; its result (or exception) here."""
+        return self._engine.submit(call, *args, **kwargs).result()
 
     def profile_system_prompt(self) -> str | None:
         return (self.profile.values["chat"]["system_prompt"] or None) if self.profile else None
@@ -258,10 +272,9 @@ class Repl:
             finally:
                 inbox.put(_DONE)
 
-        worker = threading.Thread(target=work, name="specchat-engine", daemon=True)
         status = StatusLine(self.output) if self.interactive and not self.settings.plain else None
         with _Interrupts(cancel, self._quit_now), status or nullcontext(), _unechoed(self.prompt and self.prompt.input):
-            worker.start()
+            self._engine.submit(work)
             finished, failed = self._stream(inbox, record, status)
         if failed is not None and not failed.started:
             # Refused before it began (e.g. larger than the context): the exchange leaves no trace.
@@ -313,8 +326,9 @@ class Repl:
     def close(self) -> None:
         self.session.interrupt()
         if self.backend is not None:
-            self.backend.close()
+            self.on_engine(self.backend.close)
             self.backend = None
+        self._engine.shutdown()
 
 
 @contextmanager
