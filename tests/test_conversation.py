@@ -66,6 +66,29 @@ def test_abandoned_reply_counts_as_cancelled(make_engine):
     assert run(engine, "Continue.", max_tokens=8).finished.stats.generated > 0
 
 
+@pytest.mark.parametrize("front_end_history", [False, True], ids=["engine-alone", "whole-chat-each-turn"])
+def test_a_trim_frees_room_for_the_turns_after_it(make_engine, front_end_history):
+    """Dropping only what the next reply needs made every later turn trim again and decode the whole prompt anew; so
+    did a front end passing the whole chat with each question (as the app, the REPL and the store's session do)."""
+    engine = make_engine("none", n_ctx=256, system_prompt="You are terse.")
+    chat = list(engine.messages)
+    trims, prefills = [], []
+    for n in range(16):
+        question = f"Say the number {n} in words."
+        if front_end_history:
+            engine.restore(chat)
+        r = run(engine, question, max_tokens=16)
+        chat += [Message("user", question), engine.messages[-1]]
+        trims.append(bool(r.trimmed))
+        prefills.append(r.finished.stats.prefill_tokens)
+    first = trims.index(True)
+    after = range(first + 1, len(trims))
+    assert len(after) >= 6, "the context must fill early enough to watch several turns after it"
+    assert sum(trims[i] for i in after) <= len(after) // 2
+    # A turn that does not trim decodes only its own message: the cache holds the rest.
+    assert all(prefills[i] < 64 for i in after if not trims[i])
+
+
 def test_full_context_drops_oldest_turns_but_keeps_system_prompt(make_engine):
     engine = make_engine("ngram", n_ctx=256, system_prompt="You are terse.")
     trimmed = []

@@ -14,6 +14,11 @@ from .chat_template import ChatTemplate
 from .events import ContextTrimmed
 from .llama import Model
 
+# Once the context is full, the oldest turns go until this share of it is free beyond the reply's reserve: dropping
+# only what the next reply needs would make every later turn trim again and decode its whole prompt anew (llama.cpp's
+# context shift frees half for the same reason; here a quarter, to keep more of the chat).
+FREED_ON_TRIM = 0.25
+
 
 @dataclass
 class Message:
@@ -32,12 +37,20 @@ class Conversation:
         self.rendered = ""  # the text that ``tokens`` encode
 
     def restore(self, messages: list[Message]) -> bool:
-        """Make ``messages`` the conversation (re-tokenized); False when it already was."""
-        if messages == self.messages:
+        """Make ``messages`` the conversation (re-tokenized); False when it already was, or when the conversation is
+        what trimming left of it (its latest turns, after the same system prompt): the window is kept, so the next
+        turn extends the cache instead of trimming the whole chat again."""
+        if messages == self.messages or self._trimmed_from(messages):
             return False
         self.messages = list(messages)
         self.tokens, self.rendered = self.rebuild(self.messages)
         return True
+
+    def _trimmed_from(self, messages: list[Message]) -> bool:
+        system = [m for m in messages[:1] if m.role == "system"]
+        kept = self.messages[len(system):]
+        return (bool(kept) and self.messages[:len(system)] == system and kept[0].role == "user"
+                and len(kept) < len(messages) - len(system) and messages[len(messages) - len(kept):] == kept)
 
     def begin_turn(self, kept: list[Message], user: Message, tokens: list[int], rendered: str) -> None:
         """The user's message joins the conversation (after ``kept``, what trimming left), whatever its reply becomes."""
@@ -79,7 +92,8 @@ class Conversation:
         return tokens, rendered
 
     def prompt(self, user: Message, reserve: int, n_ctx: int) -> tuple[list[int], str, list[Message], ContextTrimmed | None]:
-        """The tokens to answer ``user`` with, dropping the oldest turns until ``reserve`` tokens of reply fit.
+        """The tokens to answer ``user`` with; when ``reserve`` tokens of reply do not fit, the oldest turns go (see
+        ``FREED_ON_TRIM``).
 
         Returns the tokens, their text, the history kept (without ``user``) and what was dropped, if anything.
         """
@@ -87,7 +101,8 @@ class Conversation:
         tokens, rendered = self.extend(self.tokens, self.rendered, history)
         before = len(tokens)
         dropped = 0
-        while len(tokens) + reserve > n_ctx:
+        limit = n_ctx if len(tokens) + reserve <= n_ctx else int(n_ctx * (1 - FREED_ON_TRIM))
+        while len(tokens) + reserve > limit:
             keep_from = next((i for i, m in enumerate(history) if m.role != "system"), 0)
             turn_end = next((i for i in range(keep_from + 1, len(history)) if history[i].role == "user"), None)
             if turn_end is None:
