@@ -57,11 +57,16 @@ def check_invariants(app: SpecchatApp, db: Path) -> None:
     # What llama.cpp itself holds: positions 0..len(cached) - 1 of sequence 0, no more.
     pos_max = lc.llama_memory_seq_pos_max(lc.llama_get_memory(engine.ctx.ptr), 0)
     assert pos_max == len(cached) - 1, (pos_max, len(cached))
-    # The history tokenised again, from the session's messages, is what the engine holds; the cache holds it all but
-    # at most the last generated token (decoded at the next step).
+    # The engine holds the session's history — or, once the context filled, its system prompt and latest turns — and
+    # that, tokenised again, is its tokens; the cache holds them all but at most the last generated token (decoded at
+    # the next step).
     history = app.conversation.engine_messages(app.backend.target_id)
     if history and history[-1].role == "assistant":
-        rebuilt, _ = engine.chat.rebuild(history)
+        held = engine.messages
+        system = [m for m in history[:1] if m.role == "system"]
+        turns = held[len(system):]
+        assert held[:len(system)] == system and turns and history[len(history) - len(turns):] == turns
+        rebuilt, _ = engine.chat.rebuild(held)
         assert rebuilt == engine.tokens
     assert cached == engine.tokens[:len(cached)] and len(cached) >= len(engine.tokens) - 1
     record = app.conversation.last_reply

@@ -89,6 +89,37 @@ def test_a_trim_frees_room_for_the_turns_after_it(make_engine, front_end_history
     assert all(prefills[i] < 64 for i in after if not trims[i])
 
 
+def test_regenerating_in_a_trimmed_chat_answers_the_same_prompt(make_engine):
+    """Regenerating, or an A/B rerun, passes the chat up to the last question: it must get the window the reply was
+    answered in, not a window trimmed afresh (a different prompt: A/B would compare answers to different prompts)."""
+    engine = make_engine("none", n_ctx=256, system_prompt="You are terse.")
+    chat = list(engine.messages)
+    for n in range(12):
+        question = f"Say the number {n} in words."
+        engine.restore(chat)
+        r = run(engine, question, max_tokens=16)
+        chat += [Message("user", question), engine.messages[-1]]
+    assert len(engine.messages) < len(chat), "the chat must have been trimmed before its last turn"
+    window = list(engine.messages)
+    engine.restore(chat[:-2])
+    again = run(engine, chat[-2].content, max_tokens=16)
+    assert again.trimmed == []
+    assert again.finished.stats.prompt_tokens == r.finished.stats.prompt_tokens
+    assert engine.messages == window  # greedy: the same answer to the same prompt
+
+
+def test_another_chat_ending_like_this_one_is_restored_whole(make_engine):
+    """Only a chat this conversation was trimmed from gets a window: another chat that merely ends with the same
+    exchange (a greeting answered alike) keeps all of its earlier turns."""
+    engine = make_engine("none", n_ctx=512, system_prompt="You are terse.")
+    run(engine, "Hi", max_tokens=8)
+    greeting = engine.messages[-2:]
+    other = [engine.messages[0], Message("user", "My name is Ada."), Message("assistant", "Nice to meet you, Ada."),
+             *greeting]
+    engine.restore(other)
+    assert engine.messages == other
+
+
 def test_full_context_drops_oldest_turns_but_keeps_system_prompt(make_engine):
     engine = make_engine("ngram", n_ctx=256, system_prompt="You are terse.")
     trimmed = []

@@ -7,6 +7,7 @@ are dropped (the system prompt stays).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from ..errors import ContextError
@@ -35,25 +36,49 @@ class Conversation:
         self.messages: list[Message] = []
         self.tokens: list[int] = []
         self.rendered = ""  # the text that ``tokens`` encode
+        # The chat's messages before this window (its system prompt, then what trimming dropped): how many, and a
+        # fingerprint — enough to recognise the chat when a front end passes it whole, without keeping it.
+        self._head_len = 0
+        self._head = _fingerprint([])
 
     def restore(self, messages: list[Message]) -> bool:
-        """Make ``messages`` the conversation (re-tokenized); False when it already was, or when the conversation is
-        what trimming left of it (its latest turns, after the same system prompt): the window is kept, so the next
-        turn extends the cache instead of trimming the whole chat again."""
-        if messages == self.messages or self._trimmed_from(messages):
+        """Make ``messages`` the conversation (re-tokenized); False when it already was.
+
+        Once trimming has dropped turns, front ends still pass the whole chat: what is kept then is this
+        conversation's window onto it — the system prompt and the turns after those dropped — so the next turn
+        extends the cache instead of trimming the whole chat again, and the chat passed up to an earlier question
+        (regenerating, an A/B rerun) gets the window that question was answered in, hence the same prompt.
+        """
+        window = self._window_onto(messages)
+        if (window or messages) == self.messages:
             return False
-        self.messages = list(messages)
+        if window is None:
+            self.messages, self._head_len, self._head = list(messages), 0, _fingerprint([])
+        else:
+            self.messages = window
         self.tokens, self.rendered = self.rebuild(self.messages)
         return True
 
-    def _trimmed_from(self, messages: list[Message]) -> bool:
-        system = [m for m in messages[:1] if m.role == "system"]
-        kept = self.messages[len(system):]
-        return (bool(kept) and self.messages[:len(system)] == system and kept[0].role == "user"
-                and len(kept) < len(messages) - len(system) and messages[len(messages) - len(kept):] == kept)
+    def _window_onto(self, messages: list[Message]) -> list[Message] | None:
+        if not self._head_len or len(messages) <= self._head_len:
+            return None
+        if _fingerprint(messages[:self._head_len]).digest() != self._head.digest():
+            return None
+        return [*self._system(), *messages[self._head_len:]]
+
+    def _system(self) -> list[Message]:
+        return [m for m in self.messages[:1] if m.role == "system"]
 
     def begin_turn(self, kept: list[Message], user: Message, tokens: list[int], rendered: str) -> None:
         """The user's message joins the conversation (after ``kept``, what trimming left), whatever its reply becomes."""
+        dropped = len(self.messages) - len(kept)  # kept: the system prompt and the latest turns
+        if dropped:
+            system = self._system()
+            if not self._head_len:
+                self._head, self._head_len = _fingerprint(system), len(system)
+            for message in self.messages[len(system):len(system) + dropped]:
+                _add(self._head, message)
+            self._head_len += dropped
         self.messages = [*kept, user]
         self.tokens, self.rendered = tokens, rendered
 
@@ -118,3 +143,14 @@ class Conversation:
             )
         trimmed = ContextTrimmed(dropped, before, len(tokens), n_ctx) if dropped else None
         return tokens, rendered, history[:-1], trimmed
+
+
+def _add(fingerprint: hashlib.blake2b, message: Message) -> None:
+    fingerprint.update(repr((message.role, message.content, message.tokens)).encode())
+
+
+def _fingerprint(messages: list[Message]) -> hashlib.blake2b:
+    fingerprint = hashlib.blake2b(digest_size=16)
+    for message in messages:
+        _add(fingerprint, message)
+    return fingerprint
