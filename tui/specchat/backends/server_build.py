@@ -63,7 +63,9 @@ def build(jobs: int = 2, progress: Callable[[str], None] = print, out: Path | No
     with tempfile.TemporaryDirectory(prefix="specchat-build-") as tmp:
         work = Path(tmp)
         progress(f"downloading the llama-cpp-python {version} source distribution…")
-        _run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--quiet",
+        # Only llama-cpp-python as source: with ":all:" pip also builds the sdist's build requirements from source
+        # to read its metadata (minutes, and compilers for some) where their wheels take seconds.
+        _run([sys.executable, "-m", "pip", "download", "--no-binary", "llama-cpp-python", "--no-deps", "--quiet",
               f"llama-cpp-python=={version}", "-d", str(work)], "pip download")
         archive = next(work.glob("llama_cpp_python-*.tar.gz"))
         with tarfile.open(archive) as tar:
