@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http.server
+import io
 import os
 import signal
 import socket
 import stat
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ import pytest
 from conftest import THREADS
 from specchat.backends import open_backend
 from specchat.backends.provenance import StepTracker
-from specchat.backends.server_build import ENV
+from specchat.backends.server_build import ENV, extract
 from specchat.backends.server_process import ServerProcess
 from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig, TokenEmitted, TokenKind
 from specchat.engine.config import BackendSpec
@@ -308,3 +310,34 @@ def test_a_wrong_api_key_is_one_line(target_path, llama_server, monkeypatch):
         assert "HTTP 401" in one_line(refused.value) and "$SPECCHAT_TEST_KEY" in str(refused.value)
     finally:
         guarded.close()
+
+
+@pytest.mark.parametrize("with_data_filter", [True, False], ids=["python-3.11.4+", "older-python"])
+def test_the_source_archive_is_unpacked_inside_its_folder_only(tmp_path, monkeypatch, with_data_filter):
+    """`specchat server build` unpacks llama-cpp-python's sdist; Python 3.11.2 (CI's) has no extraction filters and
+    the build died with a TypeError traceback."""
+    if not with_data_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+
+    def archive(name: str, *members: tuple[str, str | None]) -> Path:
+        path = tmp_path / name
+        with tarfile.open(path, "w:gz") as tar:
+            for member, link in members:
+                info = tarfile.TarInfo(member)
+                if link is None:
+                    data = b"int main(void) { return 0; }\n"
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                else:
+                    info.type, info.linkname = tarfile.SYMTYPE, link
+                    tar.addfile(info)
+        return path
+
+    good = archive("good.tar.gz", ("pkg/vendor/llama.cpp/main.c", None), ("pkg/vendor/link.c", "llama.cpp/main.c"))
+    extract(good, tmp_path / "out")
+    assert (tmp_path / "out/pkg/vendor/link.c").read_text().startswith("int main")
+    for bad in (("../escape.c", None), ("pkg/evil.c", "../../../etc/passwd")):
+        with pytest.raises(ConfigError):
+            extract(archive("bad.tar.gz", bad), tmp_path / "out2")
+    assert not (tmp_path / "escape.c").exists()
+

@@ -67,9 +67,7 @@ def build(jobs: int = 2, progress: Callable[[str], None] = print, out: Path | No
         # to read its metadata (minutes, and compilers for some) where their wheels take seconds.
         _run([sys.executable, "-m", "pip", "download", "--no-binary", "llama-cpp-python", "--no-deps", "--quiet",
               f"llama-cpp-python=={version}", "-d", str(work)], "pip download")
-        archive = next(work.glob("llama_cpp_python-*.tar.gz"))
-        with tarfile.open(archive) as tar:
-            tar.extractall(work, filter="data")
+        extract(next(work.glob("llama_cpp_python-*.tar.gz")), work)
         source = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
         build_dir = work / "build"
         progress("configuring llama.cpp…")
@@ -81,6 +79,26 @@ def build(jobs: int = 2, progress: Callable[[str], None] = print, out: Path | No
         for target in TARGETS:
             shutil.copy2(build_dir / "bin" / target, out / target)
     return out
+
+
+def extract(archive: Path, into: Path) -> None:
+    """Unpack a source archive, refusing any member that would land outside ``into``."""
+    try:
+        with tarfile.open(archive) as tar:
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+                tar.extractall(into, filter="data")
+                return
+            root = into.resolve()
+            for member in tar.getmembers():
+                place = (root / member.name).resolve()
+                pointed = (place.parent / member.linkname).resolve() if member.issym() else \
+                    (root / member.linkname).resolve() if member.islnk() else place
+                if not (place.is_relative_to(root) and pointed.is_relative_to(root)):
+                    raise ConfigError(f"{archive.name} has a member that leaves its folder ({member.name}) — not"
+                                      " unpacking it")
+            tar.extractall(into)
+    except (tarfile.TarError, OSError) as exc:
+        raise ConfigError(f"cannot unpack {archive.name}: {exc}") from None
 
 
 def _run(command: list[str], what: str) -> None:
