@@ -102,6 +102,37 @@ async def test_escape_cancels_and_keeps_the_partial_reply(settings):
         assert follow.finish_reason in ("stop", "length")
 
 
+async def test_the_profile_picker_closed_before_its_draft_search_ends(settings, monkeypatch):
+    """Found by the storm (benchmarks/stress/storms.py, round 161): Enter in the picker before the draft search in its
+    thread had finished, and the search's result reached a screen no longer there — the app died."""
+    import threading
+
+    searching = threading.Event()
+    original = ProfileScreen._drafts
+
+    def slow_drafts(screen):
+        searching.set()
+        time.sleep(1.0)  # many GGUFs in the model folders
+        return original(screen)
+
+    monkeypatch.setattr(ProfileScreen, "_drafts", slow_drafts)
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await pilot.press("f2")
+        await wait_until(pilot, searching.is_set)
+        # What the storm met: the search ended while the closing screen's widgets were being removed.
+        await app.screen.query_one("#draft-list").remove()
+        await pilot.pause(1.5)
+        assert app.is_running
+        profiles = app.screen.query_one("#profile-list")
+        profiles.highlighted = next(i for i in range(profiles.option_count)
+                                    if profiles.get_option_at_index(i).id == "profile:ngram")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
+        assert not isinstance(app.screen, ProfileScreen)
+        assert (await ask(pilot, "Name a colour.")).finish_reason
+
+
 async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_path):
     shelf = tmp_path / "shelf"
     shelf.mkdir()

@@ -94,7 +94,9 @@ class ProfileScreen(_Modal):
         self.app.call_from_thread(self._show_drafts, drafts)
 
     def _show_drafts(self, drafts: list[Option]) -> None:
-        listing = self.query_one("#draft-list", OptionList)
+        listing = next(iter(self.query("#draft-list").results(OptionList)), None)
+        if listing is None:  # the picker closed while the search ran: its widgets are being removed
+            return
         listing.clear_options()
         listing.add_options(drafts)
 
