@@ -103,11 +103,11 @@ def repl() -> None:
         try:
             wait_for("/help for commands")
             type_line("List three uses of a paperclip.")
-            wait_for("tok/s · TTFT")
+            wait_for(" · TTFT")
             type_line("/profile ngram")
             wait_for("profile ngram:")
-            type_line("Name two planets.")
-            wait_for("tok/s · TTFT", 2)
+            type_line("Name two planets and describe each in one sentence.")
+            wait_for(" · TTFT", 2)  # a summary line (a reply too short for a rate has none: "–" is not printed)
             subprocess.run(["tmux", "send-keys", "-t", session, "-l", "/pro"], check=True)
             time.sleep(1)  # the completion menu
             console = Console(width=size[0], record=True, file=open(os.devnull, "w"), color_system="truecolor")
