@@ -81,7 +81,9 @@ def check_invariants(app: SpecchatApp, db: Path) -> None:
         assert [tuple(s) for s in last.segments] == record.segments and last.finish_reason == record.finish_reason
 
 
-async def storm(pilot, rounds: int, profiles: list[str], db: Path, rng: random.Random, log: StormLog) -> None:
+async def storm(pilot, rounds: int, profiles: list[str], db: Path, rng: random.Random, log: StormLog,
+                new_chat_every: int = 0) -> None:
+    """``rounds`` rounds; with ``new_chat_every``, a new chat (Ctrl+N) after every that many rounds."""
     app: SpecchatApp = pilot.app
     for round_ in range(rounds):
         prompt = app.query_one(PromptInput)
@@ -106,4 +108,7 @@ async def storm(pilot, rounds: int, profiles: list[str], db: Path, rng: random.R
         action = "parameters" if app.backend.engine.target is target else "full reload"
         log.actions[action] = log.actions.get(action, 0) + 1
         log.rounds += 1
+        if new_chat_every and log.rounds % new_chat_every == 0:
+            await pilot.press("ctrl+n")
+            await wait_until(pilot, lambda: app.conversation.last_reply is None and not app.query(ReplyView))
         log.rss.append(rss_bytes() or 0)

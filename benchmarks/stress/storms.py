@@ -5,7 +5,10 @@ a full reload (another target file) in turn — and checks that the target's KV 
 llama.cpp's own count of cached positions), and that the reply record, its view and the store agree. RSS is sampled
 after every round; the report gives its growth from round 20 (after the caches have filled) to the end.
 
-    python benchmarks/stress/storms.py [--rounds 200] [--seed 1]
+With ``--new-chat-every N`` a new chat starts after every N rounds, which tells memory the chat on screen holds from
+memory anything else keeps.
+
+    python benchmarks/stress/storms.py [--rounds 200] [--seed 1] [--new-chat-every N]
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from specchat.app.settings import Settings  # noqa: E402
 from specchat.profiles import embedded  # noqa: E402
 
 
-async def main_async(rounds: int, seed: int) -> None:
+async def main_async(rounds: int, seed: int, new_chat_every: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         os.environ["XDG_CONFIG_HOME"] = str(folder / "config")  # the storm's profiles are user profiles here
@@ -42,7 +45,8 @@ async def main_async(rounds: int, seed: int) -> None:
         async with make_app(settings).run_test(size=(120, 40)) as pilot:
             await wait_until(pilot, lambda: pilot.app.backend is not None and pilot.app.busy is None)
             for block in range(0, rounds, 20):
-                await storm(pilot, min(20, rounds - block), profiles, db, random.Random(seed + block), log)
+                await storm(pilot, min(20, rounds - block), profiles, db, random.Random(seed + block), log,
+                            new_chat_every)
                 print(f"{log.rounds} rounds, {log.cancelled} cancelled mid-reply, switches {log.actions}, RSS"
                       f" {log.rss[-1] / 1e6:.0f} MB, {time.monotonic() - started:.0f} s", flush=True)
     base = log.rss[min(19, len(log.rss) - 1)]
@@ -55,8 +59,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--new-chat-every", type=int, default=0)
     args = parser.parse_args()
-    asyncio.run(main_async(args.rounds, args.seed))
+    asyncio.run(main_async(args.rounds, args.seed, args.new_chat_every))
 
 
 if __name__ == "__main__":
