@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from specchat.engine.auto import AutoDraftLength, VerifyCost, expected_tokens
+from specchat.engine.auto import HAZARD_CLASSES, AutoDraftLength, MatchHazards, VerifyCost, expected_tokens
 from specchat.engine.costs import CostCache
 
 # Verify cost of a batch of b tokens, in units of one plain step, shaped like the measured CPU curve here
@@ -91,6 +91,122 @@ def test_no_flapping_at_parity():
         policy = AutoDraftLength(CPU, draft_cost=0.0, k_max=32)
         switches, _, _ = simulate(policy, float(parity), 3000, np.random.default_rng(seed))
         assert switches <= 4, f"{switches} switches in 3000 steps at parity"
+
+
+# -- n-gram drafts: hazards by effective match length -------------------------------------------------------------
+
+
+def copy_text(policy: MatchHazards, hazard, tokens: int, rng: np.random.Generator) -> tuple[float, list[int]]:
+    """Decode ``tokens`` tokens of a text in which a copied token is wrong with probability ``hazard(M)``, M the
+    effective match length before it (a wrong token breaks the copy: the next proposal starts on a 2-token match).
+    Every step has a proposal, as in text that keeps copying. Returns the speed-up over plain decoding under the CPU
+    curve and the draft lengths used."""
+    match, made, seconds, lengths = 2, 0, 0.0, []
+    while made < tokens:
+        k = policy.plan(match)
+        judged = []
+        while len(judged) <= k:  # the draft's k positions, then the proposal's next token against the target's
+            judged.append(bool(rng.random() >= hazard(match + len(judged))))
+            if not judged[-1]:
+                break
+        accepted = min(sum(judged), k)
+        policy.observe(match, judged)
+        seconds += CPU(k + 1)
+        made += accepted + 1
+        match = match + accepted + 1 if all(judged) else 2
+        lengths.append(k)
+    return made * CPU(1) / seconds, lengths
+
+
+def test_hazards_best_length_equals_a_direct_computation():
+    """E(k) / verify(k + 1) by hand from the prior hazards, against the vectorised chooser."""
+    policy = MatchHazards(CPU, k_max=40)
+    edges = [e for e, _ in HAZARD_CLASSES]
+
+    def hazard(m: int) -> float:
+        return HAZARD_CLASSES[max(i for i, e in enumerate(edges) if m >= e)][1]
+
+    for match in (0, 2, 5, 9, 14, 30, 100, 500):
+        gains = []
+        for k in range(41):
+            survival, expected = 1.0, 1.0
+            for j in range(k):
+                survival *= 1 - hazard(match + j)
+                expected += survival
+            gains.append(expected / CPU(k + 1))
+        k, gain = policy.best(match)
+        assert k == int(np.argmax(gains)) and gain == pytest.approx(max(gains)), match
+
+
+def test_hazards_pick_no_draft_when_verifying_costs_as_much_as_decoding():
+    policy = MatchHazards(LINEAR, k_max=32)
+    for _ in range(200):
+        policy.observe(32, [True] * 33)  # even copies that are always right
+    assert all(policy.plan(m) == 0 for m in (2, 8, 32, 200)) and not policy.active
+    assert "no match length expected to win" in policy.reason
+
+
+def test_hazards_draft_long_on_long_matches_when_verifying_is_flat():
+    policy = MatchHazards(FLAT, k_max=64)
+    assert policy.plan(64) == 64 and policy.active
+
+
+class Threshold:
+    """A fixed rule to compare with: draft ``k`` tokens whenever the match is at least ``shortest`` long."""
+
+    def __init__(self, shortest: int, k: int) -> None:
+        self.shortest, self.k = shortest, k
+
+    def plan(self, match: int) -> int:
+        return self.k if match >= self.shortest else 0
+
+    def observe(self, match: int, judged: list[bool]) -> bool:
+        return False
+
+
+def test_a_copying_text_earns_drafts_on_long_matches_and_none_on_short_ones():
+    def copying(m: int) -> float:  # a 2-token match is a coin toss; from 8 tokens on the reply copies
+        return 0.5 if m < 8 else 0.01
+
+    policy = MatchHazards(CPU, k_max=62)
+    speed, _ = copy_text(policy, copying, 4000, np.random.default_rng(4))
+    assert policy.plan(2) == 0 and policy.plan(16) >= 8
+    # As fast as the best fixed rule chosen knowing the text's hazards, within noise.
+    best_rule = max(copy_text(Threshold(8, k), copying, 4000, np.random.default_rng(4))[0] for k in (4, 8, 16, 32))
+    assert speed > 1.15 and speed >= 0.9 * best_rule, (speed, best_rule)
+
+
+def test_free_text_is_not_slowed_down():
+    rng = np.random.default_rng(5)
+    policy = MatchHazards(CPU, k_max=62)
+    speed, lengths = copy_text(policy, lambda m: 0.8, 3000, rng)
+    assert speed >= 0.97 and sum(k > 0 for k in lengths) < 0.05 * len(lengths)
+
+
+def test_plain_steps_teach_the_hazards_without_drafting():
+    """A class that drafts nothing still learns: the target's token judges the proposal's first token for free."""
+    policy = MatchHazards(CPU, k_max=62)
+    for _ in range(50):
+        policy.observe(4, [False])
+    assert policy.plan(4) == 0
+    for _ in range(300):
+        assert policy.observe(4, [True]) is False  # speculation stays on throughout (long matches would draft)
+    assert policy.plan(4) > 0
+
+
+def test_a_judged_draft_teaches_every_match_length_it_passed():
+    policy = MatchHazards(CPU, k_max=62)
+    before = policy.hazards()
+    policy.observe(4, [True] * 20 + [False])  # right at effective matches 4 … 23, wrong at 24
+    after = policy.hazards()
+    edges = [e for e, _ in HAZARD_CLASSES]
+    for i, shortest in enumerate(edges):
+        if 4 <= shortest <= 23:
+            assert after[i] < before[i], shortest
+        elif shortest == 24:
+            assert after[i] > before[i]
+        else:
+            assert after[i] == pytest.approx(before[i])
 
 
 def test_cost_cache_is_remeasured_when_corrupt_stale_or_for_another_key(tmp_path):

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from specchat.engine.drafters import NgramDrafter
-from specchat.engine.loop import Rules
+from specchat.engine.events import TokenKind
+from specchat.engine.llama import SequenceCache
+from specchat.engine.loop import Rules, speculate
 from specchat.engine.sampling import SamplingParams
 
 EOS = 99
@@ -98,6 +100,17 @@ def test_a_remembered_reply_drafts_in_a_later_conversation():
     assert drafter.propose([9, 41, 1, 2, 3], 16, RULES).tokens == []
 
 
+def test_a_remembered_reply_that_ends_where_the_match_does_proposes_nothing_past_it():
+    """The next remembered sequence follows a separator, which is no token: it once came out as draft token -1 and
+    llama_decode failed ("no KV slot") mid-reply."""
+    drafter = NgramDrafter(2, 4)
+    drafter.remember([5, 6, 7])
+    drafter.remember([8, 9, 10])
+    assert drafter.propose([1, 6, 7], 16, RULES).tokens == []
+    drafter.remember([6, 7, 11])  # another copy that does go on: only it answers
+    assert drafter.propose([1, 6, 7], 16, RULES).tokens == [11]
+
+
 def test_the_conversation_wins_over_memory_on_an_equal_match():
     drafter = NgramDrafter(2, 2)
     drafter.remember([1, 2, 50, 51])
@@ -111,3 +124,35 @@ def test_memory_is_bounded():
     assert drafter.remembered < NgramDrafter.MEMORY_TOKENS
     assert drafter.propose([5, 3 * NgramDrafter.MEMORY_TOKENS - 10, 3 * NgramDrafter.MEMORY_TOKENS - 9], 4,
                            RULES).tokens == [3 * NgramDrafter.MEMORY_TOKENS - 8 + i for i in range(4)]
+
+
+class Counting(SequenceCache):
+    """A target that always continues with the next number: its greedy token after t is t + 1."""
+
+    n_vocab = Vocabulary.n_vocab
+
+    def decode(self, tokens, *, all_logits: bool = False) -> None:
+        self.cached.extend(tokens)
+        rows = np.full((len(tokens), self.n_vocab), -1e9)
+        rows[np.arange(len(tokens)), [min(t + 1, self.n_vocab - 1) for t in tokens]] = 0.0
+        self._rows = rows if all_logits else rows[-1:]
+
+    def logits(self) -> np.ndarray:
+        return self._rows
+
+    def truncate(self, n_keep: int) -> None:
+        del self.cached[n_keep:]
+
+
+@pytest.mark.parametrize(("verified", "judged", "kind"), [
+    (0, [True], TokenKind.TARGET),  # a plain step: the proposal's first token (4) was the target's
+    (2, [True, True, False], TokenKind.BONUS),  # 4, 5 accepted; the proposal's next (9) is not the target's 6
+    (4, [True, True, False], TokenKind.CORRECTED),  # 4, 5 accepted, 9 rejected: the positions after it are unjudged
+])
+def test_every_step_judges_the_proposal_as_far_as_the_target_shows(verified, judged, kind):
+    seq = [1, 2, 3, 4, 5, 9, 10, 1, 2, 3]  # proposal after the last 1, 2, 3: 4, 5, 9, 10, 1, 2, 3
+    target = Counting()
+    target.decode(seq[:-1])
+    outcome = speculate(target, seq, NgramDrafter(), 16, RULES, choose=lambda match: verified)
+    assert outcome.drafted == verified and outcome.kind == kind and outcome.match == 3
+    assert outcome.judgements() == judged

@@ -129,6 +129,8 @@ def test_models_are_found_by_path_and_by_name(tmp_path, monkeypatch, target_path
 def test_kv_cache_arithmetic_by_hand(target_path, tmp_path):
     # SmolLM2-135M: 30 layers, 3 KV heads, head size 576 / 9 = 64, f16 → 30·3·(64+64)·2 bytes per token.
     assert kv_cache_bytes(read_metadata(target_path), 4096) == 30 * 3 * 128 * 2 * 4096 == 94_371_840
+    # q8_0 (the target's default): blocks of 32 values in 34 bytes.
+    assert kv_cache_bytes(read_metadata(target_path), 4096, "q8_0") == 30 * 3 * 128 * 4096 * 34 // 32 == 50_135_040
     # A Qwen3-8B-shaped header: 36 layers, 8 KV heads of 128 → 36·8·256·2 = 147,456 bytes per token.
     path = tmp_path / "qwen-shaped.gguf"
     writer = gguf.GGUFWriter(str(path), "qwen3")

@@ -60,7 +60,8 @@ def server_args(config: EngineConfig) -> list[str]:
     """llama-server's command line for a profile (host and port are added when it starts)."""
     target, spec, kind = config.target, config.spec, spec_type(config)
     args = ["-m", str(target.path), "-c", str(config.n_ctx), "-t", str(target.threads), "-tb", str(target.threads),
-            "-ngl", str(target.n_gpu_layers), "-np", "1", "--metrics", "--no-webui", "--spec-type", kind]
+            "-ngl", str(target.n_gpu_layers), "-ctk", config.kv_cache, "-ctv", config.kv_cache, "-np", "1", "--metrics",
+            "--no-webui", "--spec-type", kind]
     if kind in DRAFT_MODEL_TYPES:
         if config.draft is None:
             raise ConfigError(f"spec type {kind} needs a draft model — set [draft] model in the profile")

@@ -127,7 +127,8 @@ def _footprint(m: _Model, profile: Profile) -> Footprint:
         return Footprint(m.role, m.located.reference, expected * GB if expected else None, None, share, note)
     arch = m.meta.get("general.architecture")
     n_layer = m.meta.get(f"{arch}.block_count")
-    return Footprint(m.role, m.located.path.name, float(m.meta["gguf.file_size"]), float(kv_cache_bytes(m.meta, n_ctx)),
+    kv = float(kv_cache_bytes(m.meta, n_ctx, values["kv_cache"] if m.role == "target" else "f16"))
+    return Footprint(m.role, m.located.path.name, float(m.meta["gguf.file_size"]), kv,
                      gpu_share(values["n_gpu_layers"], n_layer))
 
 

@@ -1,6 +1,6 @@
 """``n_max = "auto"``: each step's draft length from the target's measured verify costs and the acceptance seen.
 
-If each draft position is accepted with probability a (given the earlier ones were), a draft of k tokens yields
+Model drafts (``AutoDraftLength``): if each draft position is accepted with probability a (given the earlier ones were), a draft of k tokens yields
 E(k) = 1 + a + … + a^k tokens (the correction or bonus included), and the step costs verify(k + 1) + k · draft_cost,
 where verify(b) is the measured time of a b-token verify batch. The policy drafts the k that maximises E(k) / cost; it
 stops drafting when even that k is expected to run slower than plain decoding (1 / verify(1)) and starts again only
@@ -10,12 +10,18 @@ While off it probes now and then with one draft, so it can notice that the text 
 loses doubles the wait before the next, one that wins resets it. A pair whose draft costs so much that even a draft
 that is always right could not win is never probed. What is judged is always the acceptance seen: drafting costs come
 from the measured curve, so a probe is not penalised for the draft model catching up on the text it missed.
+
+n-gram drafts (``MatchHazards``) cost nothing to propose, so their length is chosen after seeing the proposal, from
+how far back its match reaches; see below.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 PRIOR = (2.0, 2.0)  # accepted and rejected judgements assumed before any is seen
 MEMORY_STEPS = 96  # the evidence of a step fades by 1/MEMORY_STEPS with each later step: the text moves on
@@ -136,50 +142,93 @@ class AutoDraftLength:
                 f" length {self.k}); trying one now and then")
 
 
-# Prompt lookup: how likely a draft is right depends mostly on how far back the text before it matches the earlier text
-# it copies (a long match means the reply is copying, and copies tend to go on). Each class of match length learns its
-# own acceptance, starting from a prior that trusts longer matches more: (shortest match of the class, (accepted,
-# rejected) pseudo-counts).
-MATCH_CLASSES = ((0, (1.0, 2.0)), (4, (2.0, 2.0)), (8, (4.0, 1.0)), (16, (9.0, 1.0)), (32, (19.0, 1.0)),
-                 (64, (49.0, 1.0)), (128, (99.0, 1.0)))
+# Prompt lookup. Whether a copied token is right depends mostly on how far back the text before it matches the earlier
+# text it copies: at a draft's i-th token that is the draft's match plus the i - 1 draft tokens before it, all right if
+# this one is judged. So one hazard — the chance that the next copied token is wrong — per class of that effective match
+# length describes every position of every draft, and a draft that starts on a short match is judged like one that
+# grew into it. Classes: (shortest effective match, prior hazard). The prior only says longer matches copy better (a
+# long match means the reply is copying); what is seen replaces it within a few dozen judgements.
+HAZARD_CLASSES = ((0, 0.6), (3, 0.45), (4, 0.3), (6, 0.2), (8, 0.12), (12, 0.08), (16, 0.05), (24, 0.04), (32, 0.03),
+                  (64, 0.03), (128, 0.03))
+HAZARD_PRIOR_WEIGHT = 4.0  # judgements the prior counts as
+HAZARD_MEMORY = 256  # judgements fade by 1/HAZARD_MEMORY each step: the text moves on, slowly
+DRAFT_ABOVE = 1.02  # draft when the best length is expected to run this much faster than plain decoding
 
 
-class MatchClasses:
-    """``n_max = "auto"`` for n-gram drafts: one ``AutoDraftLength`` per class of match length.
+class MatchHazards:
+    """``n_max = "auto"`` for n-gram drafts: each step's length from the hazards by effective match length.
 
-    Drafting costs nothing here, so the draft is proposed first and its match decides how much of it to verify.
+    A k-token draft on a match m yields E(k) = 1 + S(1) + … + S(k) tokens, S(j) the chance its first j tokens are all
+    right (the product of 1 - hazard over effective matches m … m + j - 1), and costs verify(k + 1): the policy verifies
+    the k that maximises E(k) / verify(k + 1), or none when that is not clearly faster than a plain step. Proposing
+    costs nothing, so a plain step judges the proposal too (was its first token the target's?), and so does the token
+    after a fully accepted draft: every class keeps learning without drafts spent on probing.
     """
 
     def __init__(self, verify: VerifyCost, k_max: int) -> None:
-        self.classes = [(shortest, AutoDraftLength(verify, 0.0, k_max, prior)) for shortest, prior in MATCH_CLASSES]
-        self._last: AutoDraftLength | None = None
+        self.k_max = k_max
+        self.edges = np.array([shortest for shortest, _ in HAZARD_CLASSES])
+        self.prior = np.array([(1 - h, h) for _, h in HAZARD_CLASSES]) * HAZARD_PRIOR_WEIGHT
+        self.evidence = np.zeros_like(self.prior)  # right and wrong judgements per class, faded
+        # Speed of a k-token draft yielding one token, relative to plain decoding, for k = 0 … k_max.
+        self._per_token = verify(1) / np.array([verify(k + 1) for k in range(k_max + 1)])
         self.k = 0  # the length chosen last
+        self._refresh()
 
-    def _class(self, match: int) -> AutoDraftLength:
-        return next(policy for shortest, policy in reversed(self.classes) if match >= shortest)
+    def hazards(self) -> np.ndarray:
+        right, wrong = (self.prior + self.evidence).T
+        return wrong / (right + wrong)
+
+    def best(self, match: int) -> tuple[int, float]:
+        """The draft length for a match of ``match`` tokens with the highest expected speed-up, and that speed-up."""
+        # Hazards are constant beyond the longest class, so a longer match drafts as that class does.
+        start = min(match, int(self.edges[-1]))
+        log_s = self._log_survival
+        survival = np.exp(log_s[start + 1 : start + self.k_max + 1] - log_s[start])
+        expected = 1 + np.concatenate(([0.0], np.cumsum(survival)))
+        gains = expected * self._per_token
+        k = int(np.argmax(gains))
+        return k, float(gains[k])
 
     def plan(self, match: int) -> int:
         """How many tokens of a draft whose text before it matched ``match`` tokens to verify."""
-        self._last = self._class(match)
-        self.k = self._last.plan()
+        k, gain = self.best(match)
+        self.k = k if gain >= DRAFT_ABOVE else 0
         return self.k
 
-    def observe(self, drafted: int, accepted: int) -> bool:
-        """Learn from the step planned last (a step without a match planned nothing and teaches nothing)."""
-        policy, self._last = self._last, None
+    def observe(self, match: int, judged: Sequence[bool]) -> bool:
+        """Learn from a step: ``judged`` says, position by position from the first proposed token, whether the
+        proposal was the target's token. Returns True when speculation switched on or off."""
         was = self.active
-        if policy is not None:
-            policy.observe(drafted, accepted)
+        self.evidence *= 1 - 1 / HAZARD_MEMORY
+        if len(judged):
+            classes = np.searchsorted(self.edges, match + np.arange(len(judged)), side="right") - 1
+            np.add.at(self.evidence, (classes, np.where(judged, 0, 1)), 1.0)
+        self._refresh()
         return self.active != was
+
+    def _refresh(self) -> None:
+        # log_survival[n] = log P(copied tokens at effective matches 0 … n - 1 all right); a draft from match m
+        # reads it from m on.
+        lengths = np.arange(self.edges[-1] + self.k_max + 1)
+        log_right = np.log1p(-np.minimum(self.hazards()[np.searchsorted(self.edges, lengths, side="right") - 1],
+                                         1 - 1e-12))
+        self._log_survival = log_s = np.concatenate(([0.0], np.cumsum(log_right)))
+        # The best expected speed-up of a draft from each class's shortest match, all at once (as ``best`` does).
+        ahead = self.edges[:, None] + np.arange(1, self.k_max + 1)
+        survival = np.exp(log_s[ahead] - log_s[self.edges][:, None])
+        expected = 1 + np.concatenate((np.zeros((len(self.edges), 1)), np.cumsum(survival, axis=1)), axis=1)
+        self._gains = (expected * self._per_token).max(axis=1)
 
     @property
     def active(self) -> bool:
-        return any(policy.active for _, policy in self.classes)
+        """Some match length would be drafted."""
+        return bool(self._gains.max() >= DRAFT_ABOVE)
 
     @property
     def reason(self) -> str:
         if self.active:
             return ""
-        longest = self.classes[-1][1]
-        return (f"auto: no match length expected to win (even {self.classes[-1][0]}+ token matches: "
-                f"{longest.gain:.2f}× plain decoding at {longest.acceptance:.0%} acceptance); trying now and then")
+        longest = self.edges[-1]
+        return (f"auto: no match length expected to win (even {longest}+ token matches: {self._gains[-1]:.2f}× plain"
+                f" decoding, {self.hazards()[-1]:.0%} of their copied tokens wrong)")

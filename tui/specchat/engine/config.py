@@ -15,6 +15,9 @@ BACKENDS = ("local", "llama-server", "remote")
 SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
               "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 APIS = ("auto", "llama.cpp", "openai")
+# The target's KV cache types. q8_0 and bf16 keep a verify batch bit-identical to one-at-a-time decoding; f16 does not
+# on the CPU beyond 256 tokens of context (llama.cpp splits a lone token's f16 attention across threads).
+KV_CACHES = ("q8_0", "bf16", "f16")
 DEFAULT_MAX_TOKENS = 1024  # the longest reply when a front end does not say
 
 
@@ -91,6 +94,7 @@ class EngineConfig:
     spec: SpecConfig = SpecConfig()
     sampling: SamplingParams = SamplingParams()
     n_ctx: int = 4096
+    kv_cache: str = "q8_0"  # the target's KV cache type, one of KV_CACHES
     system_prompt: str | None = None
     chat_template: str | None = None  # a Jinja file or one of llama.cpp's names; None: the GGUF's own
     backend: BackendSpec = BackendSpec()
@@ -99,6 +103,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.n_ctx < 64:
             raise ConfigError(f"n_ctx must be ≥ 64 tokens, got {self.n_ctx}")
+        if self.kv_cache not in KV_CACHES:
+            raise ConfigError(f"unknown KV cache type {self.kv_cache!r} — use one of {', '.join(KV_CACHES)}")
         if self.spec.method == "draft" and self.draft is None and self.backend.kind != "remote":
             raise ConfigError("method 'draft' needs a draft model — set [draft] model in the profile")
         if self.spec.method == "mtp" and self.backend.kind == "local":

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import paths
 from ..errors import ConfigError
-from .auto import AutoDraftLength, MatchClasses, VerifyCost
+from .auto import AutoDraftLength, MatchHazards, VerifyCost
 from .chat_template import ChatTemplate
 from .config import DEFAULT_MAX_TOKENS, EngineConfig, SpecConfig
 from .conversation import Conversation, Message
@@ -75,7 +75,7 @@ class Engine:
             self._target.close()
             raise
         self.chat = Conversation(self._target.model, self._target.template)
-        self._learned: dict[tuple[SpecConfig, object], AutoDraftLength | MatchClasses] = {}
+        self._learned: dict[tuple[SpecConfig, object], AutoDraftLength | MatchHazards] = {}
         self._ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
         self._configure_speculation()
         self._governor = self._new_governor()
@@ -115,6 +115,10 @@ class Engine:
         if spec.method == "draft" and spec.n_min > 0 and not sampling.greedy:
             notes.append(f"n_min {spec.n_min} applies only at temperature 0: dropping a sampled draft for being short"
                          " would bias the output, so short sampled drafts are verified too")
+        if self.config.kv_cache == "f16" and self.config.target.n_gpu_layers == 0 and spec.method != "none":
+            notes.append('kv_cache "f16": beyond 256 tokens of context llama.cpp\'s CPU attention computes a lone token'
+                         " differently from a batch, so greedy output with speculation can differ from plain decoding"
+                         ' where two tokens nearly tie — "q8_0" (the default) or "bf16" keep them identical')
         verify = self._verify
         if verify is not None and verify.exact < 2:
             notes.append("on this backend a batch's logits differ from one-at-a-time decoding (measured): greedy output"
@@ -225,17 +229,18 @@ class Engine:
         limit, when not even two rows were exact — see ``notes``)."""
         return self._verify.exact if self._verify is not None and self._verify.exact >= 2 else None
 
-    def _new_auto(self, method: str, verify: VerifyCost) -> AutoDraftLength | MatchClasses:
+    def _new_auto(self, method: str, verify: VerifyCost) -> AutoDraftLength | MatchHazards:
         k_max = min(AUTO_K_MAX[method], (self.max_verify or AUTO_K_MAX[method] + 1) - 1)
         if method == "ngram":
-            return MatchClasses(verify, k_max)
+            return MatchHazards(verify, k_max)
         assert self._draft is not None and self.config.draft is not None
         draft_cost = self._costs(self._draft.model, self._draft.ctx, self.config.draft, (1,)).seconds[0]
         return AutoDraftLength(verify, draft_cost, k_max)
 
     @staticmethod
     def _costs(model: Model, ctx: Context, spec, sizes: tuple[int, ...]) -> VerifyCost:
-        key = f"{model.identity}|threads={spec.threads}|gpu_layers={spec.n_gpu_layers}|llama.cpp {lc.__version__}"
+        key = (f"{model.identity}|threads={spec.threads}|gpu_layers={spec.n_gpu_layers}|kv={ctx.kv_cache}"
+               f"|llama.cpp {lc.__version__}")
         token = max(model.bos, 0)
         return CostCache(paths.verify_costs_file()).get(f"{key}|sizes={sizes}",
                                                         lambda: measure_verify_cost(ctx, token, sizes))
@@ -411,7 +416,7 @@ class Engine:
         auto = self._auto
         if auto is None:
             return min(self.n_max, limit), None
-        if isinstance(auto, MatchClasses):
+        if isinstance(auto, MatchHazards):
             return limit, lambda match: min(auto.plan(match), limit)
         return min(auto.plan(), limit), None
 
@@ -428,7 +433,12 @@ class Engine:
             yield DraftRejected(tuple(tail), self.target.detokenize([t for t in tail if t < self.target.n_vocab]), step)
         if outcome.token is not None and not self.target.is_eog(outcome.token):
             yield self._emit(reply, outcome.token, outcome.kind, step)
-        if self._auto is not None and self._auto.observe(outcome.drafted, outcome.n_accepted):
+        auto = self._auto
+        if isinstance(auto, MatchHazards):
+            switched = auto.observe(outcome.match, outcome.judgements())
+        else:
+            switched = auto is not None and auto.observe(outcome.drafted, outcome.n_accepted)
+        if switched:
             yield SpeculationChanged(self.speculation_state())
         stats.n_max = self.n_max
         yield StepVerified(step, outcome.drafted, outcome.n_accepted, outcome.ignored, outcome.withheld,

@@ -158,7 +158,9 @@ class NgramDrafter:
                          for source, follow, current in occurrences), key=lambda m: m[:3], reverse=True)
         best = ranked[0][0]
         # Occurrences that matched about as well as the best one; much shorter matches are weaker evidence.
-        group = [(source, follow) for length, _, follow, source in ranked if length * 2 >= best and follow < len(source)]
+        # (An occurrence that ends its remembered sequence has nothing after it: the separator is no token.)
+        group = [(source, follow) for length, _, follow, source in ranked
+                 if length * 2 >= best and follow < len(source) and source[follow] != self.SEPARATOR]
         if not group:
             return NO_DRAFT
         first = [source[follow] for source, follow in group]

@@ -173,12 +173,17 @@ class SequenceCache:
         return len(tokens) - keep
 
 
+GGML_TYPE_BF16 = 30  # ggml.h's value; llama-cpp-python's bindings do not name it
+KV_CACHE_TYPES = {"q8_0": lc.GGML_TYPE_Q8_0, "bf16": GGML_TYPE_BF16, "f16": lc.GGML_TYPE_F16}
+
+
 class Context(SequenceCache):
     """A KV cache for one sequence of one model, and the batch used to extend it."""
 
-    def __init__(self, model: Model, *, n_ctx: int, threads: int, n_batch: int = 512) -> None:
+    def __init__(self, model: Model, *, n_ctx: int, threads: int, n_batch: int = 512, kv_cache: str = "f16") -> None:
         super().__init__()
         params = lc.llama_context_default_params()
+        params.type_k = params.type_v = KV_CACHE_TYPES[kv_cache]
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = n_batch
@@ -196,6 +201,7 @@ class Context(SequenceCache):
         self.ptr = ctx
         self.n_ctx: int = lc.llama_n_ctx(ctx)
         self.n_batch = n_batch
+        self.kv_cache = kv_cache
         self.mem = lc.llama_get_memory(ctx)
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self._n_outputs = 0

@@ -18,7 +18,7 @@ from .llama import Context, Model, check_gguf_file
 
 
 def target_identity(config: EngineConfig) -> tuple[object, ...]:
-    return (config.target.path, config.target.n_gpu_layers, config.n_ctx, config.chat_template)
+    return (config.target.path, config.target.n_gpu_layers, config.n_ctx, config.kv_cache, config.chat_template)
 
 
 def draft_identity(spec: ModelSpec) -> tuple[object, ...]:
@@ -44,7 +44,7 @@ class LoadedTarget:
     def open(cls, config: EngineConfig) -> LoadedTarget:
         model = Model(config.target.path, role="target", n_gpu_layers=config.target.n_gpu_layers)
         try:
-            ctx = Context(model, n_ctx=config.n_ctx, threads=config.target.threads)
+            ctx = Context(model, n_ctx=config.n_ctx, threads=config.target.threads, kv_cache=config.kv_cache)
             template = ChatTemplate.choose(
                 model.chat_template(), config.chat_template, model.path.name,
                 bos_token=model.raw_piece(model.bos, special=True).decode("utf-8", "replace"),

@@ -54,8 +54,20 @@ class StepOutcome:
     ignored: int = 0
     withheld: int = 0
     match: int = 0  # n-gram drafts: how far back the copied text matched
+    # The proposal's token after the verified draft, when it went further: the target's token judges it for free.
+    next_proposed: int | None = None
     t_draft: float = 0.0
     t_verify: float = 0.0
+
+    def judgements(self) -> list[bool]:
+        """Position by position from the proposal's first token, whether it was the target's: the accepted draft
+        tokens, then the first rejected one or the unverified one after a fully accepted draft."""
+        judged = [True] * self.n_accepted
+        if self.rejected:
+            judged.append(False)
+        elif self.next_proposed is not None and self.token is not None:
+            judged.append(self.next_proposed == self.token)
+        return judged
 
 
 def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | None, k: int, rules: Rules,
@@ -68,12 +80,14 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
     # 1. Draft.
     start = perf_counter()
     draft = drafter.propose(tokens, k, rules) if drafter is not None and k > 0 else NO_DRAFT
+    proposal = draft.tokens
     if choose is not None and draft.tokens:
         draft = replace(draft, tokens=draft.tokens[: choose(draft.match)])
     t_draft = perf_counter() - start
     ignored = 0
     if draft.q is None and 0 < len(draft.tokens) < rules.n_min:
-        ignored, draft = len(draft.tokens), Draft([], None, draft.withheld)
+        ignored, draft = len(draft.tokens), Draft([], None, draft.withheld, draft.match)
+    next_proposed = proposal[len(draft.tokens)] if draft.q is None and len(proposal) > len(draft.tokens) else None
 
     # 2. Verify in one batch. A drafted id the target does not have cannot be decoded; it is rejected (p = 0), so
     # the rows up to it are all the judging needs.
@@ -100,7 +114,8 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
         drafted=drafted, n_accepted=n_accepted,
         accepted=draft.tokens[: n_accepted - ended_in_draft], rejected=draft.tokens[n_accepted:],
         token=token, kind=kind, ends_reply=ended_in_draft or rules.vocab.is_eog(token),
-        ignored=ignored, withheld=draft.withheld, match=draft.match, t_draft=t_draft, t_verify=t_verify,
+        ignored=ignored, withheld=draft.withheld, match=draft.match, next_proposed=next_proposed,
+        t_draft=t_draft, t_verify=t_verify,
     )
 
 

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 GB = 1e9
-KV_BYTES_PER_ELEMENT = 2  # llama.cpp's default f16 cache
+# Bytes per cached element: q8_0 stores 32 values in 34 bytes. The target's cache type is the profile's [target]
+# kv_cache; a draft's is llama.cpp's default, f16.
+KV_BYTES_PER_ELEMENT = {"q8_0": 34 / 32, "bf16": 2.0, "f16": 2.0}
 DEFAULT_MARGIN_GB = 2.0
 RAM_RESERVED_GB = 6.0  # what the OS and a desktop keep for themselves
 
 
-def kv_cache_bytes(meta: dict[str, Any], n_ctx: int, bytes_per_element: int = KV_BYTES_PER_ELEMENT) -> int:
+def kv_cache_bytes(meta: dict[str, Any], n_ctx: int, kv_cache: str = "f16") -> int:
     arch = meta["general.architecture"]
     n_layer = int(meta[f"{arch}.block_count"])
     n_head = meta[f"{arch}.attention.head_count"]
@@ -27,7 +29,7 @@ def kv_cache_bytes(meta: dict[str, Any], n_ctx: int, bytes_per_element: int = KV
     v_len = int(meta.get(f"{arch}.attention.value_length", k_len))
     # Some architectures give KV heads per layer; a layer with 0 KV heads shares another layer's cache.
     per_layer = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
-    return sum(int(h) * (k_len + v_len) for h in per_layer) * n_ctx * bytes_per_element
+    return round(sum(int(h) * (k_len + v_len) for h in per_layer) * n_ctx * KV_BYTES_PER_ELEMENT[kv_cache])
 
 
 def gpu_share(n_gpu_layers: int, n_layer: int | None) -> float:

@@ -22,6 +22,7 @@ from .. import paths
 from ..engine.config import (
     APIS,
     BACKENDS,
+    KV_CACHES,
     METHODS,
     SPEC_TYPES,
     BackendSpec,
@@ -84,6 +85,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "n_gpu_layers": Key(int, 0, LAYERS, lambda v: -1 <= v <= MAX_LAYERS),
         "threads": Key(int, 0, THREADS, lambda v: 0 <= v <= MAX_THREADS),
         "adapt_threads": Key(bool, True, "true (fewer threads while the machine is busy) or false"),
+        "kv_cache": Key(str, "q8_0", f"one of {', '.join(KV_CACHES)}", lambda v: v in KV_CACHES),
         "expected_size_gb": Key((int, float), None, "a size in GB > 0", lambda v: 0 < v < 1e6),
     },
     "draft": {
@@ -330,6 +332,7 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
                 seed=sampling["seed"],
             ),
             n_ctx=target["n_ctx"],
+            kv_cache=target["kv_cache"],
             system_prompt=values["chat"]["system_prompt"] or None,
             chat_template=_template(values["chat"]["template"], base),
             backend=_backend(values["backend"], base),

@@ -1,0 +1,148 @@
+"""Draft-length policies for n-gram drafts, compared without timing noise: greedy replies replayed.
+
+Greedy output does not depend on speculation, so each task's reply is decoded once, plainly, on the real model; then
+every policy is replayed over it: at each step the real n-gram drafter proposes from the conversation so far, the
+policy picks how many tokens to verify, and the recorded reply says how many the target accepts. A step's cost is the
+target's verify time for that batch, from a verify sweep measured here on the same model, threads and backend; the
+speed-up is plain decoding's cost over the policy's (decode steps only, as `specchat bench` reports). Policies:
+
+- `auto`: the engine's ``MatchHazards``, carried over tasks and repetitions as in one `specchat bench` process;
+- `n_max N`: verify up to N proposed tokens at every step;
+- `map-k-like`: 48 tokens whenever the match reaches 12 tokens (llama-server's `ngram-map-k` defaults: 12-token key,
+  48-token value);
+- `oracle`: knows how many proposed tokens the target will accept and verifies the best prefix of them — the ceiling
+  of any draft-length policy for this drafter on these replies.
+
+    python benchmarks/ngram_replay.py [--tasks FILE] [--repeat 3] [--profile ngram]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from specchat.bench.runners import task_history
+from specchat.bench.tasks import Task, load_tasks
+from specchat.engine import TokenEmitted
+from specchat.engine.auto import MatchHazards, VerifyCost
+from specchat.engine.core import AUTO_K_MAX, Engine
+from specchat.engine.costs import measure_verify_cost, sizes_up_to
+from specchat.engine.drafters import NgramDrafter
+from specchat.engine.loop import Rules
+from specchat.profiles import engine_config, load_profile
+
+
+@dataclasses.dataclass
+class Reply:
+    task: Task
+    prompt: list[int]
+    tokens: list[int]
+
+
+class Policy:
+    """What the replay asks of a policy: the engine's ``MatchHazards`` interface."""
+
+    def plan(self, match: int) -> int:
+        raise NotImplementedError
+
+    def observe(self, match: int, judged: list[bool]) -> bool:
+        return False
+
+
+class Fixed(Policy):
+    def __init__(self, k: int, shortest: int = 0) -> None:
+        self.k, self.shortest = k, shortest
+
+    def plan(self, match: int) -> int:
+        return self.k if match >= self.shortest else 0
+
+
+ORACLE = object()
+
+
+def record(engine: Engine, tasks: list[Task]) -> list[Reply]:
+    replies = []
+    for task in tasks:
+        engine.clear_cache(replies=True)
+        engine.restore(task_history(engine.config, task))
+        tokens = [e.token for e in engine.reply(task.prompt, max_tokens=task.max_tokens) if isinstance(e, TokenEmitted)]
+        conversation = list(engine.tokens)
+        assert conversation[len(conversation) - len(tokens):] == tokens
+        replies.append(Reply(task, conversation[: len(conversation) - len(tokens)], tokens))
+    return replies
+
+
+def replay(reply: Reply, policy: Policy | object, verify: VerifyCost, rules: Rules, drafter: NgramDrafter) -> float:
+    """Plain decoding's cost over the policy's, for the steps after the first token (which the prefill yields)."""
+    seq, reply_tokens = reply.prompt + reply.tokens, reply.tokens
+    drafter.forget()  # a cold run, as `specchat bench` times by default
+    pos, seconds = len(reply.prompt) + 1, 0.0
+    while pos < len(seq):
+        # As the engine limits a step: room for the target's own token after the draft.
+        limit = min(verify.exact - 1, reply.task.max_tokens - (pos - len(reply.prompt)) - 1)
+        proposal = drafter.propose(seq[:pos], limit, rules) if limit > 0 else None
+        tokens = proposal.tokens if proposal is not None else []
+        right = 0
+        while right < len(tokens) and pos + right < len(seq) and tokens[right] == seq[pos + right]:
+            right += 1
+        if policy is ORACLE:
+            k = max(range(right + 1), key=lambda n: (n + 1) / verify(n + 1))
+        else:
+            k = min(policy.plan(proposal.match), len(tokens)) if tokens else 0
+        accepted = min(right, k)
+        judged = [True] * accepted + ([tokens[accepted] == seq[pos + accepted]]
+                                      if accepted < len(tokens) and pos + accepted < len(seq) else [])
+        if policy is not ORACLE:
+            policy.observe(proposal.match if tokens else 0, judged)
+        seconds += verify(k + 1)
+        pos += accepted + 1
+    return (len(reply_tokens) - 1) * verify(1) / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=Path)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", default="ngram")
+    args = parser.parse_args()
+    config = dataclasses.replace(engine_config(load_profile(args.profile)), adapt_threads=False)
+    engine = Engine(dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")))
+    tasks, problems = load_tasks(args.tasks)
+    for problem in problems:
+        print(problem)
+    replies = record(engine, tasks)
+    verify = measure_verify_cost(engine.ctx, max(engine.target.bos, 0), sizes_up_to(AUTO_K_MAX["ngram"] + 1))
+    k_max = min(AUTO_K_MAX["ngram"], verify.exact - 1)
+    print(f"verify sweep: {', '.join(f'{b}: {s / verify(1):.2f}' for b, s in zip(verify.sizes, verify.seconds))} "
+          f"plain steps; exact up to {verify.exact} rows")
+    spec = config.spec
+    drafter = NgramDrafter(spec.ngram_min, spec.ngram_max)
+    rules = engine.rules
+    makers: dict[str, Callable[[], Policy | object]] = {
+        "auto": lambda: MatchHazards(verify, k_max),
+        **{f"n_max {n}": (lambda n=n: Fixed(n)) for n in (4, 8, 16, 32)},
+        "map-k-like": lambda: Fixed(48, shortest=12),
+        "oracle": lambda: ORACLE,
+    }
+    results: dict[str, dict[str, float]] = {}
+    for name, make in makers.items():
+        policy = make()  # one per name, carried over tasks and repetitions as in one bench process
+        runs: dict[str, list[float]] = {r.task.name: [] for r in replies}
+        for rep in range(args.repeat + 1):  # the first round is the bench's excluded warm-up
+            for reply in replies:
+                speed = replay(reply, policy, verify, rules, drafter)
+                if rep:
+                    runs[reply.task.name].append(speed)
+        results[name] = {task: statistics.median(speeds) for task, speeds in runs.items()}
+    names = list(makers)
+    print("task".ljust(14) + "".join(n.rjust(12) for n in names))
+    for reply in replies:
+        task = reply.task.name
+        print(task.ljust(14) + "".join(f"{results[n][task]:11.2f}×" for n in names))
+
+
+if __name__ == "__main__":
+    main()
