@@ -20,7 +20,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ..backends import Backend, open_backend
 from ..chats.ab import ABResult, compare
@@ -39,6 +39,7 @@ from .keymap import APP_BINDINGS, load_keymap
 from .terminal_input import tolerate_invalid_utf8
 from .screens import ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
 from .settings import Settings
+from .widgets.footer import Footer
 from .widgets.prompt import PromptInput
 from .widgets.reply import ReplyView, UserMessage, legend
 from .widgets.sidebar import MemorySnapshot, ProfileInfo, Sidebar
