@@ -182,11 +182,7 @@ class MatchHazards:
     def best(self, match: int) -> tuple[int, float]:
         """The draft length for a match of ``match`` tokens with the highest expected speed-up, and that speed-up."""
         # Hazards are constant beyond the longest class, so a longer match drafts as that class does.
-        start = min(match, int(self.edges[-1]))
-        log_s = self._log_survival
-        survival = np.exp(log_s[start + 1 : start + self.k_max + 1] - log_s[start])
-        expected = 1 + np.concatenate(([0.0], np.cumsum(survival)))
-        gains = expected * self._per_token
+        gains = self._gains_from(np.array([min(match, int(self.edges[-1]))]))[0]
         k = int(np.argmax(gains))
         return k, float(gains[k])
 
@@ -213,12 +209,15 @@ class MatchHazards:
         lengths = np.arange(self.edges[-1] + self.k_max + 1)
         log_right = np.log1p(-np.minimum(self.hazards()[np.searchsorted(self.edges, lengths, side="right") - 1],
                                          1 - 1e-12))
-        self._log_survival = log_s = np.concatenate(([0.0], np.cumsum(log_right)))
-        # The best expected speed-up of a draft from each class's shortest match, all at once (as ``best`` does).
-        ahead = self.edges[:, None] + np.arange(1, self.k_max + 1)
-        survival = np.exp(log_s[ahead] - log_s[self.edges][:, None])
-        expected = 1 + np.concatenate((np.zeros((len(self.edges), 1)), np.cumsum(survival, axis=1)), axis=1)
-        self._gains = (expected * self._per_token).max(axis=1)
+        self._log_survival = np.concatenate(([0.0], np.cumsum(log_right)))
+        self._gains = self._gains_from(self.edges).max(axis=1)  # the best of a draft from each class's shortest match
+
+    def _gains_from(self, starts: np.ndarray) -> np.ndarray:
+        """Expected speed-up of drafts of 0 … k_max tokens from each match in ``starts``, one row per start."""
+        log_s = self._log_survival
+        survival = np.exp(log_s[starts[:, None] + np.arange(1, self.k_max + 1)] - log_s[starts][:, None])
+        expected = 1 + np.concatenate((np.zeros((len(starts), 1)), np.cumsum(survival, axis=1)), axis=1)
+        return expected * self._per_token
 
     @property
     def active(self) -> bool:
