@@ -11,7 +11,10 @@ speed-up is plain decoding's cost over the policy's (decode steps only, as `spec
 - `map-k-like`: 48 tokens whenever the match reaches 12 tokens (llama-server's `ngram-map-k` defaults: 12-token key,
   48-token value);
 - `oracle`: knows how many proposed tokens the target will accept and verifies the best prefix of them — the ceiling
-  of any draft-length policy for this drafter on these replies.
+  of any draft-length policy for this drafter on these replies;
+- `copy ceiling`: at every position the longest run of the reply found verbatim earlier in the conversation, with the
+  best plan of draft lengths over the whole reply — the ceiling of any drafter that copies earlier text (prompt
+  lookup), whatever it proposes and however long it drafts.
 
     python benchmarks/ngram_replay.py [--tasks FILE] [--repeat 3] [--profile ngram]
 """
@@ -31,6 +34,7 @@ from specchat.engine.auto import MatchHazards, VerifyCost
 from specchat.engine.core import AUTO_K_MAX, Engine
 from specchat.engine.costs import measure_verify_cost, sizes_up_to
 from specchat.engine.drafters import NgramDrafter
+from specchat.engine.llama import common_prefix
 from specchat.engine.loop import Rules
 from specchat.profiles import engine_config, load_profile
 
@@ -102,6 +106,20 @@ def replay(reply: Reply, policy: Policy | object, verify: VerifyCost, rules: Rul
     return (len(reply_tokens) - 1) * verify(1) / seconds
 
 
+def copy_ceiling(reply: Reply, verify: VerifyCost) -> float:
+    """Plain decoding's cost over the cheapest plan of drafts that are each an earlier verbatim copy, chosen knowing
+    the reply."""
+    seq, start, end = reply.prompt + reply.tokens, len(reply.prompt) + 1, len(reply.prompt) + len(reply.tokens)
+    # cost[pos]: the least verify time that decodes seq[pos:]. A step at pos may verify up to the longest run of the
+    # reply from pos found whole before pos, and yields one token more (the target's own), possibly past the end.
+    cost = {end: 0.0, end + 1: 0.0}
+    for pos in range(end - 1, start - 1, -1):
+        limit = max(0, min(verify.exact - 1, reply.task.max_tokens - (pos - len(reply.prompt)) - 1))
+        copyable = max(common_prefix(seq[source:pos], seq[pos : pos + limit]) for source in range(pos))
+        cost[pos] = min(verify(k + 1) + cost[pos + k + 1] for k in range(copyable + 1))
+    return (len(reply.tokens) - 1) * verify(1) / cost[start]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=Path)
@@ -137,11 +155,13 @@ def main() -> None:
                 if rep:
                     runs[reply.task.name].append(speed)
         results[name] = {task: statistics.median(speeds) for task, speeds in runs.items()}
-    names = list(makers)
-    print("task".ljust(14) + "".join(n.rjust(12) for n in names))
+    results["copy ceiling"] = {reply.task.name: copy_ceiling(reply, verify) for reply in replies}
+    names = list(results)
+    widths = [max(12, len(n) + 2) for n in names]
+    print("task".ljust(14) + "".join(n.rjust(w) for n, w in zip(names, widths)))
     for reply in replies:
         task = reply.task.name
-        print(task.ljust(14) + "".join(f"{results[n][task]:11.2f}×" for n in names))
+        print(task.ljust(14) + "".join(f"{results[n][task]:{w - 1}.2f}×" for n, w in zip(names, widths)))
 
 
 if __name__ == "__main__":

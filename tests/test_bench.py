@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
+
+from specchat.bench.tasks import Task
+from specchat.engine.auto import VerifyCost
 
 from test_bad_input import cli
 
@@ -136,3 +141,33 @@ def test_bench_with_llama_server_peers_through_the_server_backend(tmp_path, task
     runs = [r for r in report["runs"] if r["task"] == "copy" and r["rep"] == 0]
     assert len({r["runner"] for r in runs}) == 6  # specchat none and ngram, four server types: side by side
     assert "speed-up against specchat's plain decoding" in result.stdout
+
+
+def _ngram_replay():
+    path = Path(__file__).parents[1] / "benchmarks" / "ngram_replay.py"
+    spec = importlib.util.spec_from_file_location("ngram_replay", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_replay_copy_ceiling_on_worked_examples():
+    """The ceiling quoted for prompt-lookup drafting, on replies whose best plans can be written down by hand."""
+    replay = _ngram_replay()
+    task = Task(name="t", prompt="", max_tokens=64)
+    copying = replay.Reply(task, prompt=list(range(100, 110)), tokens=list(range(100, 110)))
+    fresh = replay.Reply(task, prompt=list(range(100, 110)), tokens=list(range(200, 210)))
+    flat = VerifyCost((1, 64), (1.0, 1.0), exact=64)
+    linear = VerifyCost((1, 64), (1.0, 64.0), exact=64)
+    # The first token comes from the prefill; one flat-cost step verifies the other 9, copied from the prompt.
+    assert replay.copy_ceiling(copying, flat) == pytest.approx(9.0)
+    # When a batch costs as much as its tokens decoded one by one, no plan beats plain decoding.
+    assert replay.copy_ceiling(copying, linear) == pytest.approx(1.0)
+    # Nothing to copy: every step is plain, whatever a batch costs.
+    assert replay.copy_ceiling(fresh, flat) == pytest.approx(1.0)
+    # A verify batch no larger than 4 rows: 9 tokens in steps of at most 4 (3 + 1 bonus each) take 3 steps.
+    assert replay.copy_ceiling(copying, VerifyCost((1, 4), (1.0, 1.0), exact=4)) == pytest.approx(3.0)
+    # A copy reaches no further than the text known at its step: ten equal tokens copy 1, then 3, then the last 2.
+    repeating = replay.Reply(task, prompt=[5], tokens=[7] * 10)
+    assert replay.copy_ceiling(repeating, flat) == pytest.approx(3.0)
