@@ -79,14 +79,19 @@ def record(engine: Engine, tasks: list[Task]) -> list[Reply]:
     return replies
 
 
+def draft_limit(reply: Reply, verify: VerifyCost, pos: int) -> int:
+    """The most draft tokens a step at ``pos`` may verify, as the engine limits it: an exact batch, with room for the
+    target's own token after the draft and within the reply's max_tokens."""
+    return min(verify.exact - 1, reply.task.max_tokens - (pos - len(reply.prompt)) - 1)
+
+
 def replay(reply: Reply, policy: Policy | object, verify: VerifyCost, rules: Rules, drafter: NgramDrafter) -> float:
     """Plain decoding's cost over the policy's, for the steps after the first token (which the prefill yields)."""
     seq, reply_tokens = reply.prompt + reply.tokens, reply.tokens
     drafter.forget()  # a cold run, as `specchat bench` times by default
     pos, seconds = len(reply.prompt) + 1, 0.0
     while pos < len(seq):
-        # As the engine limits a step: room for the target's own token after the draft.
-        limit = min(verify.exact - 1, reply.task.max_tokens - (pos - len(reply.prompt)) - 1)
+        limit = draft_limit(reply, verify, pos)
         proposal = drafter.propose(seq[:pos], limit, rules) if limit > 0 else None
         tokens = proposal.tokens if proposal is not None else []
         right = 0
@@ -114,7 +119,7 @@ def copy_ceiling(reply: Reply, verify: VerifyCost) -> float:
     # reply from pos found whole before pos, and yields one token more (the target's own), possibly past the end.
     cost = {end: 0.0, end + 1: 0.0}
     for pos in range(end - 1, start - 1, -1):
-        limit = max(0, min(verify.exact - 1, reply.task.max_tokens - (pos - len(reply.prompt)) - 1))
+        limit = max(0, draft_limit(reply, verify, pos))
         copyable = max(common_prefix(seq[source:pos], seq[pos : pos + limit]) for source in range(pos))
         cost[pos] = min(verify(k + 1) + cost[pos + k + 1] for k in range(copyable + 1))
     return (len(reply.tokens) - 1) * verify(1) / cost[start]

@@ -6,8 +6,8 @@ bundled model). It also decodes the same tokens one at a time: a batch whose log
 flip a greedy choice, and llama.cpp's CPU backend can compute larger batches with other kernels (on SmolLM2-135M
 Q4_1, 2 threads, f16 KV cache: identical up to 63 rows, logits up to 1.3 apart at 64, where its attention switches to
 tiles; with the q8_0 cache the engine uses by default, identical up to 65, the largest size tried). The engine
-verifies no more than the largest exact batch. The cache is a JSON file; an entry that is unreadable, impossible or older than
-``MAX_AGE_S`` is measured again, never trusted.
+verifies no more than the largest exact batch. The cache is a JSON file; an entry that is unreadable, impossible or
+older than ``MAX_AGE_S`` is measured again, never trusted.
 """
 
 from __future__ import annotations
