@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..engine.cpu_probe import extra_buffers_work
 from ..errors import BackendError
 
 _RUNNING: set[ServerProcess] = set()
@@ -45,6 +46,8 @@ class ServerProcess:
 
     def start(self) -> None:
         command = [str(self.binary), *self.args, "--host", "127.0.0.1", "--port", str(self.port)]
+        if not extra_buffers_work():  # the kernels the in-process engine uses too (engine/cpu_probe.py)
+            command.append("--no-repack")
         try:
             self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         except OSError as exc:

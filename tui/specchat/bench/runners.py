@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..backends import Backend, open_backend
@@ -129,6 +131,31 @@ def llama_server_runner(spec_type: str, config: EngineConfig, binary: str | None
         raise PeerError(f"{label}: {exc}") from None
 
 
+@contextlib.contextmanager
+def _model_params_like_the_engine() -> Iterator[None]:
+    """``Llama()`` takes llama.cpp's default model parameters and offers no keyword for ``use_extra_bufts``; where
+    those crash (a VM reporting AMX it cannot run, see engine/cpu_probe.py) the defaults it reads are the engine's."""
+    import llama_cpp.llama_cpp as low  # the module whose default Llama() reads
+
+    from ..engine.cpu_probe import extra_buffers_work
+
+    default = low.llama_model_default_params
+    if extra_buffers_work():
+        yield
+        return
+
+    def without_extra_buffers():
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    low.llama_model_default_params = without_extra_buffers
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = default
+
+
 class LlamaCppPythonRunner:
     """llama-cpp-python's own high-level API: ``Llama.create_chat_completion``, optionally with prompt lookup."""
 
@@ -139,8 +166,10 @@ class LlamaCppPythonRunner:
         self.label = "llama-cpp-python" + (f" lookup({lookup_tokens})" if lookup_tokens else "")
         draft = LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens) if lookup_tokens else None
         try:
-            self.llm = Llama(model_path=str(config.target.path), n_ctx=config.n_ctx, n_threads=config.target.threads,
-                             n_threads_batch=config.target.threads, draft_model=draft, verbose=False)
+            with _model_params_like_the_engine():
+                self.llm = Llama(model_path=str(config.target.path), n_ctx=config.n_ctx,
+                                 n_threads=config.target.threads, n_threads_batch=config.target.threads,
+                                 draft_model=draft, verbose=False)
         except ValueError as exc:
             raise PeerError(f"{self.label} could not load {config.target.path.name}: {exc}") from None
         self.config = config

@@ -15,6 +15,7 @@ import llama_cpp as lc
 import numpy as np
 
 from ..errors import EngineError, ModelError
+from .cpu_probe import extra_buffers_work
 from .gguf_header import GGUF_MAGIC, check_vocabulary
 
 _SEQ = 0
@@ -73,6 +74,7 @@ class Model:
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        params.use_extra_bufts = vocab_only or extra_buffers_work()  # AMX that a VM reports but cannot run
         _recent_errors.clear()
         ptr = lc.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
