@@ -49,14 +49,26 @@ def draft_path() -> Path:
     return embedded.draft_path()
 
 
+@pytest.fixture(scope="session")
+def measured_costs(tmp_path_factory) -> Path:
+    """The verify sweeps and depth slopes the tests measured so far, passed from one isolated user cache to the next:
+    each test need not measure the same model again (the measuring itself is tested in test_auto.py)."""
+    return tmp_path_factory.mktemp("costs") / "verify-costs.json"
+
+
 @pytest.fixture
-def user_cache(tmp_path, draft_path) -> Path:
+def user_cache(tmp_path, draft_path, measured_costs) -> Iterator[Path]:
     """The isolated user cache with the session's embedded draft in it (instead of deriving it again)."""
     cache = tmp_path / "home" / ".cache" / "specchat"
     cache.mkdir(parents=True)
     for f in draft_path.parent.glob(draft_path.name + "*"):
         shutil.copy(f, cache / f.name)
-    return cache
+    for f in (measured_costs, REAL_CACHE / "cpu-probe.json"):
+        if f.is_file():
+            shutil.copy(f, cache / f.name)
+    yield cache
+    if (cache / measured_costs.name).is_file():
+        shutil.copy(cache / measured_costs.name, measured_costs)
 
 
 @pytest.fixture

@@ -228,7 +228,7 @@ async def test_ab_compare_reruns_without_speculation(settings):
         assert result.plain["method"] == "none" and result.plain["decode_tps"]
         assert result.spec["method"] == "draft" and result.spec["drafted"] > 0
         assert app.backend.engine.config.spec.method == "draft"  # the profile is back as it was
-        assert app.telemetry.plain_source.startswith("A/B plain run")
+        assert "A/B plain run" in app.telemetry.plain_source
 
 
 async def test_help_lists_every_binding_and_keys_can_be_remapped(settings):
@@ -627,7 +627,7 @@ async def test_every_engine_call_runs_on_the_engine_thread(settings, monkeypatch
     from specchat.engine.core import Engine
 
     threads: list[tuple[str, str]] = []
-    for name in ("__init__", "apply", "restore", "reply", "new_chat", "measure_plain_rate", "clear_cache"):
+    for name in ("__init__", "apply", "restore", "reply", "new_chat", "plain_reference", "clear_cache"):
         original = getattr(Engine, name)
 
         def recorded(self, *args, _original=original, _name=name, **kwargs):
@@ -666,10 +666,10 @@ async def test_the_plain_reference_is_measured_through_the_engines_own_loop(sett
         await pilot.press("ctrl+b")
         await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
         await pilot.press("escape")
-        assert t.plain_source.startswith("A/B")
+        assert "A/B" in t.plain_source
         app.start_load("ngram")  # the same target: the reference stays
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
-        assert t.plain_source.startswith("A/B")
+        assert "A/B" in t.plain_source
         app.start_load(str(profile))  # another target: the old reference means nothing for it
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "other")
         assert "plain run" in t.plain_source and t.plain_tps

@@ -110,7 +110,7 @@ def test_sampling_changes_per_request_and_speculation_changes_restart_the_server
     assert server_backend.pid != pid
     plain = list(server_backend.answer(history(server_backend), PROMPT, max_tokens=24))[-1].stats
     assert plain.drafted == 0 and not plain.speculation_active
-    assert server_backend.measure_plain_rate()  # a plain server: its own loop measured
+    assert server_backend.plain_reference()  # a plain server: its own loop measured
     assert server_backend.apply(config) == "server restarted"
     assert list(server_backend.answer(history(server_backend), PROMPT, max_tokens=16))[-1].stats.drafted > 0
 

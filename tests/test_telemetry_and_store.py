@@ -13,6 +13,7 @@ from recorded import load
 from specchat.engine.events import ReplyFinished, StepVerified, TokenEmitted
 from specchat.chats.store import SCHEMA_VERSION, DamagedDatabase, Store, StoredMessage, StoreError, open_store
 from specchat.telemetry import memory
+from specchat.engine.reference import PlainReference
 from specchat.telemetry.live import LiveTelemetry
 
 
@@ -27,7 +28,7 @@ def test_live_telemetry_agrees_with_the_engine_summary():
     assert live.reply.position_rates == stats.position_rates
     assert live.reply_tokens == stats.generated and not live.generating
     assert len(live.spark) == sum(1 for e in events if isinstance(e, StepVerified) and e.drafted)
-    live.set_plain_reference(stats.decode_tps / 2, "test")
+    live.reference = PlainReference.measured(stats.decode_tps / 2, 0, 0.0, False, "test")  # flat over depth
     assert live.speedup() == pytest.approx(2.0)
 
 
@@ -66,7 +67,7 @@ def test_rates_need_a_window_long_enough_to_mean_something():
     token = next(e for e in events if isinstance(e, TokenEmitted))
     live.consume([dataclasses.replace(token, elapsed=1.0 + i * 1e-5) for i in range(8)])
     assert live.tps_now() is None and live.reply_rate() is None and live.speedup() is None
-    live.set_plain_reference(120.0, "test")
+    live.reference = PlainReference.measured(120.0, 0, 0.0, False, "test")
     assert live.speedup() is None  # one side cannot be measured: no ratio, "–" on screen
 
 

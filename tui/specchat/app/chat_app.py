@@ -1,19 +1,18 @@
-"""The specchat Textual app.
+"""The specchat Textual app: presentation and threading over the chat controller the REPL uses too.
 
-Data flows one way: backend → events → records and telemetry → widgets. The chat is owned by one ``ChatSession``:
-views draw its records, the store saves them, and each question goes to the backend with the session's history. Every
-call into the backend runs on the engine thread (``EngineThread``); its events collect in an inbox that the UI drains
-once per frame into an ``EventsArrived`` message.
+Data flows one way: backend → events → records and telemetry → widgets. The chat flow — profiles and backends, the
+exchange, the record, the store, A/B, the plain reference — is ``ChatController``'s; the app draws what it holds.
+Every call into the backend runs on the engine thread (``EngineThread``); its events collect in an inbox that the UI
+drains once per frame into an ``EventsArrived`` message.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
@@ -22,18 +21,15 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from ..backends import Backend, open_backend
-from ..chats.ab import ABResult, compare
-from ..chats.export import export
+from ..backends import Backend
+from ..chats.ab import ABResult
+from ..chats.controller import ChatController, Exchange, Failure, Switched
 from ..chats.records import ReplyRecord, UserTurn
 from ..chats.session import ChatSession
 from ..chats.store import Store, StoreError, open_store
-from ..engine import EngineConfig, ModelSpec, ReplyFinished, ReplyStarted
-from ..engine.core import PLAIN_RATE_TOKENS
 from ..errors import SpecchatError, one_line
-from ..profiles import Profile, engine_config, load_profile
+from ..profiles import Profile, load_profile
 from ..telemetry.live import LiveTelemetry
-from ..telemetry.memory import peak_rss_bytes
 from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
 from .keymap import APP_BINDINGS, load_keymap
 from .terminal_input import tolerate_invalid_utf8
@@ -56,7 +52,7 @@ class Activity(Enum):
     COMPARING = "comparing"
 
 
-EXIT_WAIT_S = 30.0
+EXIT_WAIT_S = 60.0  # every long operation stops when cancelled; this only bounds a backend that hangs outright
 
 
 class SpecchatApp(App):
@@ -72,9 +68,9 @@ class SpecchatApp(App):
             self.events = events
 
     class ProfileLoaded(Message):
-        def __init__(self, profile: Profile, config: EngineConfig, action: str, plain_tps: float | None) -> None:
+        def __init__(self, switched: Switched) -> None:
             super().__init__()
-            self.profile, self.config, self.action, self.plain_tps = profile, config, action, plain_tps
+            self.switched = switched
 
     class LoadFailed(Message):
         def __init__(self, error: str) -> None:
@@ -82,11 +78,11 @@ class SpecchatApp(App):
             self.error = error
 
     class ReplyFailed(Message):
-        """The engine stopped a reply with an error; ``started`` says whether it had accepted the message."""
+        """The backend stopped a reply with an error."""
 
-        def __init__(self, error: str, started: bool) -> None:
+        def __init__(self, failure: Failure) -> None:
             super().__init__()
-            self.error, self.started = error, started
+            self.failure = failure
 
     class EngineFailed(Message):
         """An engine job raised; the engine thread goes on with the next one."""
@@ -96,27 +92,41 @@ class SpecchatApp(App):
             self.error = error
 
     class ABFinished(Message):
-        def __init__(self, result: ABResult) -> None:
+        def __init__(self, result: ABResult | None) -> None:
             super().__init__()
-            self.result = result
+            self.result = result  # None: cancelled
 
     def __init__(self, settings: Settings | None = None) -> None:
         super().__init__()
         self.settings = settings or Settings()
-        self.telemetry = LiveTelemetry()
-        self.backend: Backend | None = None
-        self.profile: Profile | None = None
-        self.conversation = ChatSession(None, self.settings.profile, None, self._store_problem)
+        self.controller = ChatController(None, self.settings.profile, self._store_problem,
+                                         max_tokens=self.settings.max_tokens)
         self.show_ghosts = False
         self.markdown = False
         self.status = ""
         self.busy: Activity | None = None
-        self._cancel = threading.Event()
         self._views: dict[int, ReplyView | UserMessage] = {}  # id(turn) → its widget
-        self._shown_notes: set[str] = set()
         self.memory_snapshot: MemorySnapshot | None = None
         self.engine_thread = EngineThread(lambda error: self.post_message(self.EngineFailed(error)))
         self._inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
+
+    # -- what the controller holds -------------------------------------------------------------------------------
+
+    @property
+    def conversation(self) -> ChatSession:
+        return self.controller.session
+
+    @property
+    def telemetry(self) -> LiveTelemetry:
+        return self.controller.telemetry
+
+    @property
+    def backend(self) -> Backend | None:
+        return self.controller.backend
+
+    @property
+    def profile(self) -> Profile | None:
+        return self.controller.profile
 
     # -- layout ------------------------------------------------------------------------------------------------------
 
@@ -153,7 +163,7 @@ class SpecchatApp(App):
             self.chat.anchor()
 
     def _show_turns(self) -> None:
-        """Draw the whole chat again from the session (a chat opened, a new chat, a regenerated exchange)."""
+        """Draw the whole chat again from the session (a chat opened, a new chat)."""
         self.chat.remove_children()
         self.chat.anchor(False)
         self._views.clear()
@@ -168,13 +178,11 @@ class SpecchatApp(App):
         self._views[id(turn)] = view
         self.chat.mount(view)
 
-    def _drop_turns(self, index: int) -> None:
-        """Remove the chat's turns from ``index`` on: from the session (and so the store) and from the screen."""
-        for turn in self.conversation.turns[index:]:
-            view = self._views.pop(id(turn), None)
-            if view is not None:
-                view.remove()
-        self.conversation.drop_from(index)
+    def _forget_views(self) -> None:
+        """Remove the views of turns the session no longer has (a refused message, a regenerated reply)."""
+        alive = {id(turn) for turn in self.conversation.turns}
+        for key in [key for key in self._views if key not in alive]:
+            self._views.pop(key).remove()
 
     def on_mount(self) -> None:
         self.engine_thread.start()
@@ -184,23 +192,22 @@ class SpecchatApp(App):
             self.set_keymap(load_keymap(self.settings.keymap))
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=10)
-        store = self._open_store()
+        session = self.conversation
+        session.store = self._open_store()
         try:
-            self.profile = load_profile(self.settings.profile)
+            session.profile = load_profile(self.settings.profile).name
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=15)
-        self.conversation = ChatSession(store, self.profile.name if self.profile else self.settings.profile,
-                                        self._profile_system_prompt(), self._store_problem)
-        if self.settings.resume and store is not None:
+        if self.settings.resume and session.store is not None:
             try:
-                chats = store.conversations()
+                chats = session.store.conversations()
                 if chats:
-                    self.conversation.open(chats[0].id)
+                    self.controller.open_chat(chats[0].id)
                     self._show_turns()
             except StoreError as exc:  # the last chat cannot be read: start a new one, say why
                 self.notify(str(exc), severity="error", timeout=20)
-        if self.settings.autoload and self.profile is not None:
-            self.start_load(str(self.profile.path))
+        if self.settings.autoload:
+            self.start_load(self.settings.profile)
         self.query_one(PromptInput).focus()
         self._apply_width(self.size.width)
         self.refresh_sidebar()
@@ -212,26 +219,17 @@ class SpecchatApp(App):
         # A narrow terminal keeps the chat usable: the sidebar collapses instead of squeezing it.
         self.sidebar.display = width >= self.settings.sidebar_min_width
 
-    @property
-    def target_id(self) -> str:
-        return self.backend.target_id if self.backend else ""
-
     def refresh_sidebar(self) -> None:
-        method = self.backend.config.spec.method if self.backend else (self.profile.values["draft"]["method"]
-                                                                        if self.profile else "–")
-        profile = ProfileInfo(self.profile.name if self.profile else "(no profile)", method, self.status,
-                              self.backend.where if self.backend else "")
+        facts = self.controller.facts
+        name = self.profile.name if self.profile else self.conversation.profile or "(no profile)"
+        profile = ProfileInfo(name, self.controller.method, self.status, facts.where if facts else "")
         self.sidebar.show(self.telemetry, profile, self.memory_snapshot)
 
     def _sample_memory(self) -> None:
-        files = self.backend.model_files() if self.backend else {}
-        pid = self.backend.pid if self.backend else None
-        self.memory_snapshot = MemorySnapshot(*self.settings.memory(pid), {role: path.stat().st_size
-                                                                            for role, path in files.items()},
+        facts = self.controller.facts
+        pid = facts.pid if facts else None
+        self.memory_snapshot = MemorySnapshot(*self.settings.memory(pid), dict(facts.model_bytes) if facts else {},
                                               "this process" if pid is None else f"server pid {pid}")
-
-    def _profile_system_prompt(self) -> str | None:
-        return (self.profile.values["chat"]["system_prompt"] or None) if self.profile else None
 
     # -- storage -----------------------------------------------------------------------------------------------------
 
@@ -255,9 +253,13 @@ class SpecchatApp(App):
         self.refresh_sidebar()
         self.engine_thread.submit(job)
 
-    def on_specchat_app_engine_failed(self, message: EngineFailed) -> None:
+    def _idle(self) -> None:
         self.busy = None
         self.status = ""
+
+    def on_specchat_app_engine_failed(self, message: EngineFailed) -> None:
+        self._idle()
+        self._streaming(False)
         self.notify(f"the engine stopped: {message.error}", severity="error", timeout=20)
         self.refresh_sidebar()
 
@@ -267,55 +269,35 @@ class SpecchatApp(App):
         if self.busy in (Activity.GENERATING, Activity.COMPARING):
             self.notify("wait for the reply to finish (or press Esc) before switching profiles", severity="warning")
             return
-        system_prompt = self.conversation.system_prompt
+        controller = self.controller
 
         def job() -> None:
             try:
-                profile = load_profile(name)
-                config = engine_config(profile)
-                if draft is not None:
-                    config = dataclasses.replace(
-                        config, draft=ModelSpec(draft, threads=config.target.threads),
-                        spec=dataclasses.replace(config.spec, method="draft"),
-                    )
-                config = dataclasses.replace(config, system_prompt=system_prompt)
-                if self.backend is None:
-                    self.backend, action = open_backend(config), "loaded"
-                else:
-                    action = self.backend.apply(config)
+                switched = controller.switch_profile(name, draft)
             except SpecchatError as exc:
                 self.post_message(self.LoadFailed(str(exc)))
                 return
-            plain = self.backend.measure_plain_rate() if action in ("loaded", "full reload") else None
-            self.post_message(self.ProfileLoaded(profile, config, action, plain))
+            self.post_message(self.ProfileLoaded(switched))
 
         self._run(Activity.LOADING, f"loading {Path(name).stem}…", job)
 
     def on_specchat_app_profile_loaded(self, message: ProfileLoaded) -> None:
-        self.busy = None
-        self.status = ""
-        self.profile = message.profile
-        self.conversation.set_profile(message.profile.name)
-        if message.action in ("loaded", "full reload"):  # a reference measured on another target means nothing here
-            self.telemetry.set_plain_reference(message.plain_tps, f"plain run of {PLAIN_RATE_TOKENS} tokens after"
-                                               " loading, same loop")
-        self.telemetry.reset_chat()
-        self.telemetry.speculation = self.backend.speculation_state() if self.backend else None
-        self.telemetry.n_max = self.backend.n_max if self.backend else 0
+        self._idle()
+        switched = message.switched
+        notes = self.controller.profile_switched(switched)
         self._sample_memory()
         settle_garbage()
-        if message.action != "loaded":  # the first load needs no announcement; switches do
-            self.notify(f"profile {message.profile.name}: {message.action}")
-        for note in self.backend.notes if self.backend else []:
-            if note not in self._shown_notes:
-                self._shown_notes.add(note)
-                self.notify(note, severity="warning", timeout=15)
+        if switched.action != "loaded":  # the first load needs no announcement; switches do
+            self.notify(f"profile {switched.profile.name}: {switched.action}")
+        for note in notes:
+            self.notify(note, severity="warning", timeout=15)
         self.refresh_sidebar()
 
     def on_specchat_app_load_failed(self, message: LoadFailed) -> None:
-        self.busy = None
+        self._idle()
         self.status = "load failed — previous profile kept" if self.backend else "no model loaded"
         self.notify(message.error, severity="error", timeout=20)
+        self._sample_memory()
         self.refresh_sidebar()
 
     # -- generation ----------------------------------------------------------------------------------------------------
@@ -332,39 +314,35 @@ class SpecchatApp(App):
     def submit(self, text: str) -> None:
         if not text.strip():
             return
-        if self.backend is None or self.busy is not None:
-            if self.busy is Activity.LOADING:
-                why = "the model is still loading — try again in a moment"
-            elif self.backend is None:
-                why = "no model is loaded — pick a profile with F2"
-            else:
-                why = "still answering — press Esc to cancel first"
+        why = self._why_busy() or self.controller.why_not_send()
+        if why:
             self.notify(why, severity="warning")
             self.query_one(PromptInput).load_text(text)
             return
-        self._start_reply(text)
+        self._start(self.controller.begin(text))
 
-    def _start_reply(self, text: str) -> None:
-        """Add the exchange to the session and its views, then answer on the engine thread."""
-        history = self.conversation.engine_messages(self.target_id)
-        user = self.conversation.add_user(text)
-        text = user.text
-        record = self.conversation.add_reply(self.target_id)
-        self._mount_turn(user)
-        self._mount_turn(record)
+    def _why_busy(self) -> str | None:
+        if self.busy is Activity.LOADING:
+            return "the model is still loading — try again in a moment"
+        if self.busy is not None:
+            return "still answering — press Esc to cancel first"
+        return None
+
+    def _start(self, exchange: Exchange) -> None:
+        """Show the exchange the controller began, then answer it on the engine thread."""
+        self._forget_views()
+        for turn in self.conversation.turns[-2:]:
+            if id(turn) not in self._views:
+                self._mount_turn(turn)
         self.chat.scroll_end(animate=False)
-        self._cancel.clear()
         self._streaming(True)
-        backend, max_tokens = self.backend, self.settings.max_tokens
+        controller = self.controller
 
         def job() -> None:
-            started = False
-            try:
-                for event in backend.answer(history, text, max_tokens=max_tokens, should_stop=self._cancel.is_set):
-                    started = started or isinstance(event, ReplyStarted)
-                    self._inbox.append(event)  # all the engine thread does per event: it never waits on the UI
-            except Exception as exc:
-                self.post_message(self.ReplyFailed(one_line(exc), started))
+            failure = exchange.run(self._inbox.append)  # all the engine thread does per event: it never waits on the UI
+            controller.refresh_facts()
+            if failure is not None:
+                self.post_message(self.ReplyFailed(failure))
 
         self._run(Activity.GENERATING, "", job)
 
@@ -376,10 +354,14 @@ class SpecchatApp(App):
             self._frame_timer.pause()
         self.query_one(PromptInput).cursor_blink = not on
 
-    def _drain_inbox(self) -> None:
+    def _drain(self) -> list[Any]:
         events = []
         while self._inbox:
             events.append(self._inbox.popleft())
+        return events
+
+    def _drain_inbox(self) -> None:
+        events = self._drain()
         if events:
             self.post_message(self.EventsArrived(events))
 
@@ -387,72 +369,50 @@ class SpecchatApp(App):
         self._apply_events(message.events)
         self._follow()
 
-    def _apply_events(self, events: list[object]) -> None:
-        record = self.conversation.last_reply
-        self.telemetry.consume(events)
-        if record is None:
-            return
-        record.add(events)
+    def _apply_events(self, events: list[Any]) -> None:
+        finished = self.controller.absorb(events)
         view = self._last_reply
-        finished = next((e for e in events if isinstance(e, ReplyFinished)), None)
-        if finished is not None and record.stats is not None:
-            record.stats["peak_rss"] = peak_rss_bytes()  # since the reply began: the backend reset it then
-        self.conversation.reply_changed(record)
         if view is not None:
             view.refresh_view()
             if finished is not None:
                 view.set_markdown(self.markdown)
         if finished is not None:
-            self._reply_over()
+            self._streaming(False)
+            self._idle()
             self._sample_memory()
             settle_garbage()
         self.refresh_sidebar()
 
-    def _reply_over(self) -> None:
-        self._streaming(False)
-        self.busy = None
-        self.status = ""
-
     def on_specchat_app_reply_failed(self, message: ReplyFailed) -> None:
-        events = list(self._inbox)
-        self._inbox.clear()
+        events = self._drain()
         if events:  # what the engine said before failing (e.g. a trimmed context) still counts
             self._apply_events(events)
-        self._reply_over()
-        record = self.conversation.last_reply
-        exchange = self.conversation.last_exchange()
-        if not message.started and record is not None and exchange is not None:
-            # Refused before it began (e.g. larger than the context): the exchange leaves no trace, the text goes
-            # back to the prompt to be edited.
-            index, text = exchange
-            self._drop_turns(index)
+        self._streaming(False)
+        self._idle()
+        text = self.controller.failed(message.failure)
+        if text is not None:  # refused before it began: the text goes back to the prompt to be edited
+            self._forget_views()
             self.query_one(PromptInput).load_text(text)
-        elif record is not None and record.streaming:
-            record.finish_reason = "error"
-            self.conversation.save()
-            if self._last_reply is not None:
-                self._last_reply.refresh_view()
-        self.notify(message.error, severity="error", timeout=15)
+        elif self._last_reply is not None:
+            self._last_reply.refresh_view()
+        self.notify(message.failure.error, severity="error", timeout=15)
+        self._sample_memory()
         self.refresh_sidebar()
 
     def action_cancel(self) -> None:
-        if self.busy is Activity.GENERATING:
-            self._cancel.set()
+        if self.busy in (Activity.GENERATING, Activity.COMPARING):
+            self.controller.cancel_reply()
 
     async def action_quit(self) -> None:
-        self._save_on_exit()
         self.exit()
 
-    def _save_on_exit(self) -> None:
-        """Quitting mid-reply keeps what arrived, marked interrupted: never lose a chat."""
-        if self.busy is Activity.GENERATING:
-            self._cancel.set()
-            events = list(self._inbox)
-            self._inbox.clear()
-            record = self.conversation.last_reply
-            if record is not None:
-                record.add(events)
-        self.conversation.interrupt()
+    def _finish_for_exit(self) -> None:
+        """Quitting mid-reply: the reply stops at its next step (a prefill mid-batch), the engine thread finishes
+        what it was doing, and everything it produced is saved, the reply marked interrupted. Nothing is freed under
+        a running decode: the backend closes on the engine thread, after that."""
+        self.controller.quitting()
+        self.engine_thread.wait_idle(EXIT_WAIT_S)
+        self.controller.interrupt(self._drain())
 
     # -- actions -------------------------------------------------------------------------------------------------------
 
@@ -481,8 +441,9 @@ class SpecchatApp(App):
 
     def action_toggle_ghosts(self) -> None:
         self.show_ghosts = not self.show_ghosts
-        if self.show_ghosts and self.backend is not None and not self.backend.rejected_tails:
-            self.notify(f"{self.backend.where} reports how many draft tokens it rejected, never which: no ghosts to"
+        facts = self.controller.facts
+        if self.show_ghosts and facts is not None and not facts.rejected_tails:
+            self.notify(f"{facts.where} reports how many draft tokens it rejected, never which: no ghosts to"
                         " show for its replies", severity="warning")
         for view in self.query(ReplyView):
             view.set_ghosts(self.show_ghosts)
@@ -507,46 +468,44 @@ class SpecchatApp(App):
             self.notify("the last reply has no code block", severity="warning")
 
     def action_regenerate(self) -> None:
-        exchange = self.conversation.last_exchange()
-        if exchange is None or self.busy is not None or self.backend is None:
+        if self.busy is not None or self.backend is None:
             return
-        index, text = exchange
-        self._drop_turns(index)
-        self._start_reply(text)
+        try:
+            exchange = self.controller.regenerate()
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self._start(exchange)
 
     def action_ab_compare(self) -> None:
-        record = self.conversation.last_reply
-        exchange = self.conversation.last_exchange()
-        if self.backend is None or self.busy is not None or record is None or record.streaming or exchange is None \
-                or record.stats is None:
-            self.notify("A/B needs a finished reply to compare", severity="warning")
+        if self.busy is not None:
+            self.notify(self._why_busy() or "", severity="warning")
             return
-        index, text = exchange
-        backend, max_tokens = self.backend, self.settings.max_tokens
-        history = self.conversation.engine_messages(self.target_id, upto=index)
-        spec, spec_tokens = dict(record.stats), list(record.tokens)
-        sampled = not backend.config.sampling.greedy
+        try:
+            comparison = self.controller.compare()
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="warning")
+            return
 
         def job() -> None:
-            plain, plain_tokens = backend.rerun_plain(history, text, record.reused_tokens or 0, max_tokens)
-            self.post_message(self.ABFinished(compare(spec, spec_tokens, plain, plain_tokens, sampled)))
+            self.post_message(self.ABFinished(comparison.run()))
 
-        self._run(Activity.COMPARING, "A/B: rerunning without speculation…", job)
+        self._run(Activity.COMPARING, "A/B: rerunning without speculation… (Esc stops it)", job)
 
     def on_specchat_app_abfinished(self, message: ABFinished) -> None:
-        self.busy = None
-        self.status = ""
-        plain_tps = message.result.plain.get("decode_tps")
-        if plain_tps:  # a reply too short to measure keeps the reference there was
-            self.telemetry.set_plain_reference(plain_tps, "A/B plain run of the last prompt, same loop")
-        self.push_screen(ABScreen(message.result))
+        self._idle()
+        if message.result is None:
+            self.notify("A/B cancelled")
+        else:
+            self.controller.compared(message.result)
+            self.push_screen(ABScreen(message.result))
+        self._sample_memory()
         self.refresh_sidebar()
 
     def action_new_chat(self) -> None:
         if self.busy is not None:
             return
-        self.conversation.new(self._profile_system_prompt())
-        self.telemetry.reset_chat()
+        self.controller.new_chat()
         self._show_turns()
         self.refresh_sidebar()
 
@@ -563,36 +522,25 @@ class SpecchatApp(App):
         if action == "open":
             self.open_conversation(conversation_id)
         elif action == "export":
-            current = self.conversation
-            other = ChatSession(current.store, current.profile, None, self._store_problem)
-            try:
-                other.open(conversation_id)
-            except StoreError as exc:
-                self.notify(str(exc), severity="error")
-                return
-            self._export(other)
+            self._export(conversation_id)
 
     def open_conversation(self, conversation_id: int) -> None:
         try:
-            self.conversation.open(conversation_id)
+            self.controller.open_chat(conversation_id)
         except (StoreError, OSError) as exc:
             self.notify(one_line(exc), severity="error")
             return
-        self.telemetry.reset_chat()
         self._show_turns()
         self.refresh_sidebar()
 
     def action_export(self) -> None:
-        if not self.conversation.turns:
-            self.notify("nothing to export yet", severity="warning")
-            return
-        self._export(self.conversation)
+        self._export(None)
 
-    def _export(self, session: ChatSession) -> None:
+    def _export(self, chat_id: int | None) -> None:
         try:
-            md_path, json_path = export(session, self.settings.exports)
-        except OSError as exc:
-            self.notify(f"cannot export to {self.settings.exports}: {exc.strerror or exc}", severity="error")
+            md_path, json_path = self.controller.export(self.settings.exports, chat_id)
+        except (SpecchatError, OSError) as exc:
+            self.notify(f"cannot export to {self.settings.exports}: {one_line(exc)}", severity="warning")
             return
         self.notify(f"exported to {md_path} and {json_path.name}")
 
@@ -602,17 +550,19 @@ class SpecchatApp(App):
     def _system_prompt_set(self, text: str | None) -> None:
         if text is None or self.busy is not None:
             return
-        self.conversation.set_system_prompt(text.strip() or None)
+        self.controller.set_system_prompt(text)
         self.notify("system prompt set for this chat")
 
     def on_unmount(self) -> None:
-        self._save_on_exit()
-        if self.backend is not None:  # after the job in progress, which stops at its next step (cancelled above)
-            self.engine_thread.submit(self.backend.close)
+        self._finish_for_exit()
+        self.engine_thread.submit(self.controller.close)
         self.engine_thread.stop()
-        # Wait for that step and the close: the interpreter's shutdown must not free a model under a step still
-        # decoding (a segfault). A step takes milliseconds; a server backend's close waits at most its stop timeout.
         self.engine_thread.join(EXIT_WAIT_S)
+
+    @property
+    def engine_running(self) -> bool:
+        """Whether the engine thread is still busy (a backend that hung): then nothing may free its models."""
+        return self.engine_thread.is_alive()
 
 
 def make_app(settings: Settings | None = None) -> SpecchatApp:

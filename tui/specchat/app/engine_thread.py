@@ -35,6 +35,14 @@ class EngineThread(threading.Thread):
     def stop(self) -> None:
         self._jobs.put(None)
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until every job submitted so far has run; False when ``timeout`` passed first."""
+        if not self.is_alive():
+            return True
+        done = threading.Event()
+        self.submit(done.set)
+        return done.wait(timeout)
+
     def run(self) -> None:
         while (job := self._jobs.get()) is not None:
             try:

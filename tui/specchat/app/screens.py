@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from rich.table import Table
 from rich.text import Text
@@ -19,7 +19,7 @@ from textual.widgets.option_list import Option
 from ..errors import SpecchatError
 from ..profiles import available_profiles, load_profile
 from ..chats.store import Store, StoreError
-from ..chats.ab import ABResult
+from ..chats.ab import TITLE, ABResult
 from .keymap import ALL_BINDINGS
 
 T = TypeVar("T")
@@ -127,41 +127,27 @@ class ProfileScreen(_Modal):
         self.dismiss((kind, value))
 
 
-def _fmt(value: Any, pattern: str, scale: float = 1) -> str:
-    return "–" if value is None else format(value * scale, pattern)
-
-
 class ABScreen(_Modal):
     def __init__(self, result: ABResult) -> None:
         super().__init__()
         self.result = result
 
     def compose(self) -> ComposeResult:
-        spec, plain = self.result.spec, self.result.plain
-        table = Table(title="A/B: the same prompt, target, context, sampling and cache state", expand=True)
+        result = self.result
+        table = Table(title=TITLE, expand=True)
         table.add_column("")
-        table.add_column(f"speculation ({spec.get('method', '?')})", justify="right")
+        table.add_column(f"speculation ({result.spec.get('method', '?')})", justify="right")
         table.add_column("plain decoding", justify="right")
-        table.add_row("prompt tokens decoded", _fmt(spec.get("prefill_tokens"), "d"), _fmt(plain.get("prefill_tokens"), "d"))
-        table.add_row("TTFT", _fmt(spec.get("ttft"), ".0f", 1000) + " ms", _fmt(plain.get("ttft"), ".0f", 1000) + " ms")
-        table.add_row("decode tok/s", _fmt(spec.get("decode_tps"), ".1f"), _fmt(plain.get("decode_tps"), ".1f"))
-        table.add_row("total", _fmt(spec.get("t_total"), ".2f") + " s", _fmt(plain.get("t_total"), ".2f") + " s")
-        table.add_row("peak memory (RSS)", _fmt(spec.get("peak_rss"), ",.0f", 1e-6) + " MB",
-                      _fmt(plain.get("peak_rss"), ",.0f", 1e-6) + " MB")
-        table.add_row("acceptance", _fmt(spec.get("acceptance_rate"), ".0%"), "–")
-        if spec.get("decode_tps") and plain.get("decode_tps"):
-            ratio = spec["decode_tps"] / plain["decode_tps"]
-            table.add_row("speed-up", Text(f"{ratio:.2f}×", style="green" if ratio >= 1 else "#ffaf00"), "1.00×")
-        if self.result.sampled:
-            same = Text("not compared — sampled replies differ by chance (the output follows the target's"
-                        " distribution; compare at temperature 0 for identical tokens)", style="dim")
-        elif self.result.identical:
-            same = Text("yes — identical tokens", style="green")
-        else:
-            same = Text("NO — the replies differ", style="bold red")
+        speedup = result.speedup
+        for label, spec, plain in result.rows():
+            if label == "speed-up" and speedup is not None:
+                table.add_row(label, Text(spec, style="green" if speedup >= 1 else "#ffaf00"), plain)
+            else:
+                table.add_row(label, spec, plain)
+        style = "dim" if result.sampled else "green" if result.identical else "bold red"
         with Vertical(id="ab", classes="dialog"):
             yield Static(table)
-            yield Static(Text.assemble("replies identical: ", same), id="ab-identical")
+            yield Static(Text.assemble("replies identical: ", (result.verdict, style)), id="ab-identical")
             yield Button("Close", id="ab-close")
 
     @on(Button.Pressed, "#ab-close")

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 from ..engine.config import EngineConfig
 from ..engine.conversation import Message
 from ..engine.events import Event, SpeculationState
+from ..engine.reference import PlainReference
+from ..errors import SpecchatError
 
 
 class Backend(Protocol):
@@ -50,13 +52,15 @@ class Backend(Protocol):
 
     def speculation_state(self) -> SpeculationState: ...
 
-    def measure_plain_rate(self) -> float | None:
-        """Decode tokens/s of plain decoding of this target, measured the way a reply's decode rate is."""
+    def plain_reference(self) -> PlainReference | None:
+        """Plain decoding of this target, measured the way a reply's decode rate is (see ``engine.reference``);
+        None where it cannot be measured now."""
 
-    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int,
-                    max_tokens: int) -> tuple[dict[str, Any], list[int]]:
+    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int, max_tokens: int,
+                    should_stop: Callable[[], bool] = lambda: False) -> tuple[dict[str, Any], list[int]]:
         """A/B: ``text`` again without speculation, from the cache state (``reused_tokens`` of the prompt cached) the
-        speculative reply started from; its telemetry summary and tokens. The backend is left as it was."""
+        speculative reply started from; its telemetry summary (with ``finish_reason`` and ``peak_rss``) and tokens.
+        The backend is left as it was, the conversation's trimmed window included."""
 
     def render(self, messages: list[Message]) -> str:
         """The text the target reads for ``messages`` followed by the assistant's turn (its chat template)."""
@@ -80,3 +84,32 @@ def open_backend(config: EngineConfig) -> Backend:
     from .llama_server import LlamaServerBackend
 
     return LlamaServerBackend(config)
+
+
+def switch_backend(current: Backend | None, config: EngineConfig) -> tuple[Backend, str]:
+    """The backend for ``config`` and what it took. The same kind of backend switches in place with the least work;
+    another kind replaces it — the old one closed first, so two copies of a model never share the memory — and when
+    the new one cannot open, the old one opens again and the error says so."""
+    if current is None:
+        return open_backend(config), "loaded"
+    if (current.config.backend.kind == "local") == (config.backend.kind == "local"):
+        return current, current.apply(config)
+    previous = current.config
+    current.close()
+    try:
+        return open_backend(config), "backend switched"
+    except SpecchatError as exc:
+        try:
+            restored = open_backend(previous)
+        except SpecchatError as again:
+            raise SwitchFailed(f"{exc} — and the previous profile could not be opened again: {again}", None) from None
+        raise SwitchFailed(f"{exc} — the previous profile was opened again", restored) from None
+
+
+class SwitchFailed(SpecchatError):
+    """A switch to another kind of backend failed; ``backend`` is the previous one opened again (None: it could not
+    be)."""
+
+    def __init__(self, message: str, backend: Backend | None) -> None:
+        super().__init__(message)
+        self.backend = backend

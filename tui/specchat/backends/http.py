@@ -7,9 +7,11 @@ import http.client
 import json
 import socket
 import ssl
+import threading
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import BackendError
 
@@ -80,18 +82,58 @@ def post_json(url: str, body: dict, headers: dict[str, str] | None = None, *, ke
         raise BackendError(f"{url} did not answer with JSON — is it the right server?") from None
 
 
+WATCH_S = 0.1  # how often a stream asks whether to stop while it waits for the server
+
+
 class EventStream:
-    """The ``data:`` events of a server-sent event response, as parsed JSON; closing it ends the request."""
+    """The ``data:`` events of a server-sent event response, as parsed JSON; closing it ends the request.
+
+    A stream waits on its socket — through the server's prefill, between chunks, for as long as the server takes —
+    so a watcher asks ``should_stop`` every ``WATCH_S`` and, when told to, shuts the socket down: the wait ends at
+    once (the server then drops the request), and the stream ends as ``aborted`` instead of failing.
+    """
 
     def __init__(self, url: str, body: dict, headers: dict[str, str] | None = None, *, key_env: str | None = None,
-                 timeout: float = TIMEOUT_S) -> None:
-        self.url = url
+                 timeout: float = TIMEOUT_S, should_stop: Callable[[], bool] | None = None) -> None:
+        self.url, self.aborted = url, False
+        parts = urllib.parse.urlsplit(url)
+        connection = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        self._connection = connection(parts.hostname or "", parts.port, timeout=timeout)
+        self._done = threading.Event()
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
         try:
-            self._response = urllib.request.urlopen(_request(url, body, headers or {}), timeout=timeout)
-        except (urllib.error.URLError, OSError) as exc:
-            raise _failure(url, exc, key_env) from None
+            self._connection.connect()
+            if should_stop is not None:
+                threading.Thread(target=self._watch, args=(should_stop,), daemon=True).start()
+            self._connection.request("POST", path or "/", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json", **(headers or {})})
+            self._response = self._connection.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            if self.aborted:
+                self._response = None
+                return
+            raise _failure(url, urllib.error.URLError(exc) if isinstance(exc, OSError) else exc, key_env) from None
+        if self._response.status >= 400:
+            error = urllib.error.HTTPError(url, self._response.status, self._response.reason, self._response.headers,
+                                           self._response)
+            raise _failure(url, error, key_env)
+
+    def _watch(self, should_stop: Callable[[], bool]) -> None:
+        while not self._done.wait(WATCH_S):
+            if should_stop():
+                self.aborted = True
+                sock = self._connection.sock
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass  # already closed
+                return
 
     def __iter__(self) -> Iterator[dict]:
+        if self._response is None:
+            return
         try:
             for raw in self._response:
                 line = raw.decode("utf-8", "replace").strip()
@@ -112,9 +154,12 @@ class EventStream:
                     raise BackendError(f"{self.url} reported an error mid-reply: "
                                        f"{error.get('message', error) if isinstance(error, dict) else error}")
                 yield chunk
-        except (http.client.HTTPException, OSError) as exc:
+        except (http.client.HTTPException, OSError, ValueError) as exc:
+            if self.aborted:
+                return
             raise BackendError(f"the server at {self.url} stopped in the middle of the reply ({type(exc).__name__})"
                                " — the partial reply is kept") from None
 
     def close(self) -> None:
-        self._response.close()
+        self._done.set()
+        self._connection.close()

@@ -1,41 +1,35 @@
 """llama.cpp's server as a backend: one specchat starts for the profile (managed), or one already running (remote).
 
-Managed, specchat renders the conversation with its own template and tokenizer (the GGUF is on this machine) and sends
-token ids to ``/completion``: greedy output through the server is then specchat's in-process plain output, token for
-token (the server is built from the same llama.cpp sources, see ``server_build``). Each token's provenance comes from
-the stream's cumulative draft counters (``provenance``). A remote llama-server gets the text its own template renders.
-Any other OpenAI-compatible server (vLLM) gets chat completions; it reports drafts only as totals, so its tokens are
-not coloured and the reply's counts are the change of its ``/metrics`` counters over the reply.
+With the target's GGUF on this machine (always, managed; optionally, remote) specchat renders the conversation with its
+own template and tokenizer and sends token ids to ``/completion`` (``completion``): greedy output through the server is
+then specchat's in-process plain output, token for token (the server is built from the same llama.cpp sources, see
+``server_build``), and the conversation keeps every generated id, as the engine's does. A remote llama-server without
+the GGUF here gets the text its own template renders. Any other OpenAI-compatible server (vLLM) gets chat completions
+(``openai_chat``). A managed server is stopped before another starts: two copies of a 12 B target do not fit a 12 GB
+card.
 """
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import os
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from time import perf_counter
 from typing import Any
 
 from ..engine.chat_template import ChatTemplate
-from ..engine.config import EngineConfig
-from ..engine.conversation import Conversation, Message
-from ..engine.events import (
-    Event,
-    ReplyFinished,
-    ReplyStarted,
-    SpeculationState,
-    StepVerified,
-    TokenEmitted,
-    TokenKind,
-)
+from ..engine.config import EngineConfig, without_speculation
+from ..engine.conversation import Conversation, Message, as_dicts
+from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
 from ..engine.llama import Model, model_identity
-from ..engine.stats import ReplyStats, rate
-from ..errors import BackendError, ConfigError
-from .http import EventStream, get_json, get_text, post_json
-from .provenance import StepTracker
+from ..engine.reference import PlainReference
+from ..engine.stats import rate
+from ..errors import BackendError, ConfigError, SpecchatError
+from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
+from .completion import CompletionStream, Request
+from .held_tokens import PieceIndex
+from .http import get_json, post_json
+from .openai_chat import chat_completion, spec_counters
 from .server_build import find_server
 from .server_process import ServerProcess
 
@@ -44,9 +38,6 @@ SPEC_TYPE_OF_METHOD = {"none": "none", "draft": "draft-simple", "ngram": "ngram-
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
 SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
 PLAIN_RATE_TOKENS = 32
-FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
-METRICS = re.compile(r"^(?:vllm|llamacpp):spec_decode_num_(draft_tokens|accepted_tokens|drafts)_total(?:\{[^}]*\})? "
-                     r"([0-9.e+]+)$", re.MULTILINE)
 
 
 def spec_type(config: EngineConfig) -> str:
@@ -82,33 +73,51 @@ def _restart_needed(running: EngineConfig, new: EngineConfig) -> bool:
 
 
 class LlamaServerBackend:
+    rejected_tails = False  # the server says how many draft tokens it rejected, never which
+
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.process: ServerProcess | None = None
         self._vocab: Model | None = None
+        self.chat: Conversation | None = None
+        self.template: ChatTemplate | None = None
+        self._template_choice: str | None = None
         self._open(config)
         self._running = config  # what the server process was started with
 
     def _open(self, config: EngineConfig) -> None:
+        """Start (managed) or reach (remote) the server for ``config``; the tokenizer and the conversation are kept
+        when the target and its template stay, so a restart keeps a trimmed chat's window."""
         backend = config.backend
         self.key_env = backend.api_key_env
         self.headers = self._auth(backend.api_key_env)
         self._props: dict[str, Any] = {}
-        if backend.kind == "llama-server":
+        local = backend.kind == "llama-server" or config.target.path.is_file()
+        same_vocab = self._vocab is not None and local and self._vocab.path == config.target.path
+        if not same_vocab:
+            self._close_vocab()
             # The vocabulary first: a GGUF llama.cpp cannot read is one line here, not a server that died at start.
-            self._vocab = Model(config.target.path, role="target", vocab_only=True)
+            self._vocab = Model(config.target.path, role="target", vocab_only=True) if local else None
+        if backend.kind == "llama-server":
             self.process = ServerProcess(find_server(backend.binary), server_args(config),
                                          ready_timeout=backend.ready_timeout)
             self.url = self.process.url
         else:
             self.url = (backend.url or "").rstrip("/")
-            if config.target.path.is_file():
-                self._vocab = Model(config.target.path, role="target", vocab_only=True)
         self.api = backend.api if backend.api != "auto" else self._detect_api()
-        self.template = self._template(config)
-        self.chat = Conversation(self._vocab, self.template) if self._vocab is not None and self.template else None
+        same_template = same_vocab and self.chat is not None and self._template_choice == config.chat_template
+        if not same_template:
+            self.template = self._template(config)
+            self.chat = Conversation(self._vocab, self.template) if self._vocab is not None and self.template else None
+        self._template_choice = config.chat_template
+        self._stream = CompletionStream(self._vocab, PieceIndex(self._vocab) if self._vocab else None, self.chat)
         self._target_id = (model_identity(config.target.path) if self._vocab is not None
                            else f"{self.url}|{self._props.get('model_path', '')}")
+
+    def _close_vocab(self) -> None:
+        if self._vocab is not None:
+            self._vocab.close()
+            self._vocab = None
 
     @staticmethod
     def _auth(key_env: str | None) -> dict[str, str]:
@@ -155,8 +164,8 @@ class LlamaServerBackend:
             notes.append("n_max = \"auto\" is specchat's own cost model; llama-server drafts its default length"
                          f" ({SERVER_DEFAULT_N_MAX}) instead")
         if self.api == "openai":
-            notes.append(f"{self.url} reports drafts only as totals: tokens are not coloured, and the reply's counts"
-                         " come from its /metrics")
+            notes.append(f"{self.url} streams text without token ids: tokens are not coloured, their counts are"
+                         " tiktoken's estimates (≈), and the reply's draft counts come from its /metrics")
         return notes
 
     @property
@@ -165,8 +174,6 @@ class LlamaServerBackend:
             return 0
         n_max = self.config.spec.n_max
         return n_max if isinstance(n_max, int) else SERVER_DEFAULT_N_MAX
-
-    rejected_tails = False  # the server says how many draft tokens it rejected, never which
 
     @property
     def where(self) -> str:
@@ -185,28 +192,37 @@ class LlamaServerBackend:
         return SpeculationState(f"{self.config.spec.method} ({kind})", True)
 
     def apply(self, config: EngineConfig) -> str:
+        """Sampling goes with each request; anything else needs another server process (or another URL). The old
+        process stops before the new one starts; a new one that fails to start gives way to the old one again."""
         if not _restart_needed(self._running, config):
             self.config = config
             return "parameters"
-        old = (self.process, self._vocab, self.config)
+        previous = self._running
+        self._stop_process()
         try:
             self._open(config)
-        except BaseException:
-            self.process, self._vocab, self.config = old
+        except SpecchatError as exc:
+            try:
+                self._open(previous)
+            except SpecchatError as again:
+                raise BackendError(f"{exc} — and the previous server could not be started again: {again}") from None
             raise
-        if old[0] is not None:
-            old[0].close()
-        if old[1] is not None:
-            old[1].close()
         self.config = self._running = config
         return "server restarted" if self.process is not None else "reconnected"
+
+    def _stop_process(self) -> None:
+        if self.process is not None:
+            self.process.close()
+            self.process = None
 
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
                should_stop: Callable[[], bool] = lambda: False) -> Iterator[Event]:
         if self.process is not None:
             self.process.ensure_running()
+            reset_peak_rss(self.process.pid)
         if self.api == "openai":
-            return self._chat_completion(history, text, max_tokens, should_stop)
+            return chat_completion(self.url, self.headers, self.key_env, self.config, history, text, max_tokens,
+                                   should_stop)
         return self._completion(history, text, max_tokens, should_stop)
 
     def _sampling(self) -> dict[str, Any]:
@@ -214,174 +230,79 @@ class LlamaServerBackend:
         return {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
                 "min_p": sampling.min_p, "seed": sampling.seed}
 
-    def _prompt(self, history: list[Message], text: str, max_tokens: int) -> tuple[list[int] | str, list[Event]]:
-        """What to send: token ids (a local tokenizer) or text, and a ContextTrimmed event if turns were dropped."""
+    def _completion(self, history: list[Message], text: str, max_tokens: int,
+                    should_stop: Callable[[], bool]) -> Iterator[Event]:
+        """Token ids when the tokenizer is here (trimming the oldest turns when the context is full, as the engine
+        does), else the text the server's template renders."""
         user = Message("user", text)
         if self.chat is None:
             assert self.template is not None
-            messages = [{"role": m.role, "content": m.content} for m in [*history, user]]
-            return self.template.render(messages, add_generation_prompt=True), []
-        self.chat.restore(history)
-        tokens, rendered, kept, trimmed = self.chat.prompt(user, min(max_tokens, self.config.n_ctx // 4),
-                                                           self.config.n_ctx)
-        self.chat.begin_turn(kept, user, tokens, rendered)
-        return tokens, [trimmed] if trimmed else []
-
-    def _completion(self, history: list[Message], text: str, max_tokens: int,
-                    should_stop: Callable[[], bool]) -> Iterator[Event]:
-        started = perf_counter()
-        prompt, early = self._prompt(history, text, max_tokens)
-        yield from early
+            prompt: list[int] | str = self.template.render(as_dicts([*history, user]), add_generation_prompt=True)
+        else:
+            self.chat.restore(history)
+            prompt, rendered, kept, trimmed = self.chat.prompt(user, min(max_tokens, self.config.n_ctx // 4),
+                                                               self.config.n_ctx)
+            self.chat.begin_turn(kept, user, prompt, rendered)
+            if trimmed:
+                yield trimmed
         state = self.speculation_state()
-        stats = ReplyStats(method=state.method, speculation_active=state.active, speculation_reason=state.reason,
-                           n_max=self.n_max if state.active else 0, prompt_tokens=len(prompt), n_ctx=self.config.n_ctx)
-        body = {"prompt": prompt, "n_predict": max_tokens, "stream": True, "timings_per_token": True,
-                "return_tokens": True, "cache_prompt": True, **self._sampling()}
-        stream = EventStream(f"{self.url}/completion", body, self.headers, key_env=self.key_env)
-        tracker = StepTracker()
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        tokens: list[int] = []
-        pieces: list[str] = []
-        finish: str | None = None
-        announced = False
-        try:
-            for chunk in stream:
-                timings = chunk.get("timings") or {}
-                if not announced:  # the server has the prompt: the reply has begun
-                    announced = True
-                    stats.prefill_tokens = int(timings.get("prompt_n", 0))
-                    stats.t_prefill = float(timings.get("prompt_ms", 0)) / 1000
-                    cached = int(timings.get("cache_n", 0))
-                    yield ReplyStarted(len(prompt) if isinstance(prompt, list) else cached + stats.prefill_tokens,
-                                       cached, stats.prefill_tokens, self.config.n_ctx, state)
-                ids = chunk.get("tokens") or []
-                content = chunk.get("content", "")
-                for i, token in enumerate(ids):
-                    # Every token counts in its step, the end of generation too; like the engine's, that one is not
-                    # shown (without a local vocabulary: a token with no text is taken for it).
-                    kind, step, closed = tracker.token(timings.get("draft_n"), timings.get("draft_n_accepted"))
-                    yield from self._closed(closed, stats, len(prompt) + len(tokens) if isinstance(prompt, list) else 0)
-                    if self._vocab.is_eog(token) if self._vocab is not None else not content:
-                        continue
-                    piece = decoder.decode(self._vocab.piece(token)) if self._vocab is not None else \
-                        (content if i == 0 else "")
-                    tokens.append(token)
-                    pieces.append(piece)
-                    yield self._emit(stats, started, token, piece, kind, step)
-                if chunk.get("stop"):
-                    finish = FINISH.get(chunk.get("stop_type", ""), "stop")
-                    break
-                if should_stop():
-                    finish = "cancelled"
-                    break
-            else:  # the stream ended without its final chunk: the server went away
-                raise BackendError(f"the server at {self.url} stopped in the middle of the reply — the partial reply"
-                                   " is kept")
-            yield from self._closed(tracker.close(), stats, 0)
-        except BaseException:
-            finish = "error" if finish is None else finish
-            raise
-        finally:
-            stream.close()
-            reply = "".join(pieces) + decoder.decode(b"", final=True)
-            if self.chat is not None:
-                self.chat.end_turn(reply, tokens, finish)
-            stats.context_used = len(self.chat.tokens) if self.chat is not None else 0
-            stats.t_total = perf_counter() - started
-        yield ReplyFinished(reply, finish or "stop", stats)
-
-    @staticmethod
-    def _closed(steps: list[StepVerified], stats: ReplyStats, context: int) -> Iterator[StepVerified]:
-        for step in steps:
-            stats.record_step(step.drafted, step.accepted)
-            yield dataclasses.replace(step, context_used=context)
-
-    @staticmethod
-    def _emit(stats: ReplyStats, started: float, token: int, text: str, kind: TokenKind, step: int) -> TokenEmitted:
-        elapsed = perf_counter() - started
-        stats.generated += 1
-        stats.by_kind[kind] += 1
-        stats.ttft = elapsed if stats.ttft is None else stats.ttft
-        stats.t_last_token = elapsed
-        return TokenEmitted(token, text, kind, step, elapsed)
+        request = Request(self.url, self.headers, self.key_env, prompt, self._sampling(), max_tokens,
+                          self.config.n_ctx, state, self.n_max)
+        yield from self._stream.events(request, should_stop)
 
     def spec_counters(self) -> dict[str, float]:
         """The server's own speculative counters (``/metrics``): draft_tokens, accepted_tokens, drafts."""
-        text = get_text(f"{self.url}/metrics", self.headers) or ""
-        return {name: float(value) for name, value in METRICS.findall(text)}
+        return spec_counters(self.url, self.headers)
 
-    def _chat_completion(self, history: list[Message], text: str, max_tokens: int,
-                         should_stop: Callable[[], bool]) -> Iterator[Event]:
-        started = perf_counter()
-        before = self.spec_counters()
-        messages = [{"role": m.role, "content": m.content} for m in [*history, Message("user", text)]]
-        sampling = self.config.sampling
-        body = {"messages": messages, "max_tokens": max_tokens, "stream": True, "temperature": sampling.temperature,
-                "top_p": sampling.top_p, "seed": sampling.seed}
-        state = SpeculationState(self.config.spec.method, True, "")
-        stats = ReplyStats(method=state.method, speculation_active=True, n_ctx=self.config.n_ctx)
-        stream = EventStream(f"{self.url}/v1/chat/completions", body, self.headers, key_env=self.key_env)
-        yield ReplyStarted(0, 0, 0, self.config.n_ctx, state)
-        pieces: list[str] = []
-        finish = None
-        try:
-            for chunk in stream:
-                choice = (chunk.get("choices") or [{}])[0]
-                piece = (choice.get("delta") or {}).get("content") or ""
-                if piece:
-                    pieces.append(piece)
-                    yield self._emit(stats, started, -1, piece, TokenKind.TARGET, 0)
-                if choice.get("finish_reason"):
-                    finish = {"length": "length"}.get(choice["finish_reason"], "stop")
-                if should_stop():
-                    finish = "cancelled"
-                    break
-        finally:
-            stream.close()
-        after = self.spec_counters()
-        drafted = int(after.get("draft_tokens", 0) - before.get("draft_tokens", 0))
-        accepted = int(after.get("accepted_tokens", 0) - before.get("accepted_tokens", 0))
-        steps = int(after.get("drafts", 0) - before.get("drafts", 0))
-        stats.drafted, stats.accepted, stats.rejected, stats.drafting_steps = drafted, accepted, drafted - accepted, steps
-        stats.speculation_reason = "" if after else f"{self.url} has no /metrics: draft counts unknown"
-        stats.t_total = perf_counter() - started
-        yield ReplyFinished("".join(pieces), finish or "stop", stats)
-
-    def measure_plain_rate(self) -> float | None:
+    def plain_reference(self) -> PlainReference | None:
         """A plain run of the server's own loop, timed as a reply's decode rate is — only when the server decodes
-        plainly anyway: a speculating one would need a restart (an A/B run does that, and gives the reference)."""
+        plainly anyway: a speculating one would need a restart (an A/B run does that, and gives the reference). The
+        server's slope over context depth is not measured, so the reference holds near the depth it was taken at."""
         if self.api == "openai" or self.chat is None or spec_type(self.config) != "none":
             return None
-        times = [event.elapsed for event in self._completion([], "Count from one to fifty.", PLAIN_RATE_TOKENS,
-                                                             lambda: False) if isinstance(event, TokenEmitted)]
-        return rate(len(times) - 1, times[-1] - times[0]) if len(times) > 1 else None
+        saved = self.chat.snapshot()
+        try:
+            events = list(self._completion([], "Count from one to fifty.", PLAIN_RATE_TOKENS, lambda: False))
+        finally:
+            self.chat.resume(saved)
+        times = [e.elapsed for e in events if isinstance(e, TokenEmitted)]
+        finished = events[-1]
+        tps = rate(len(times) - 1, times[-1] - times[0]) if len(times) > 1 else None
+        if tps is None or not isinstance(finished, ReplyFinished):
+            return None
+        depth = finished.stats.prompt_tokens + len(times) // 2
+        return PlainReference.measured(tps, depth, None, not self.config.sampling.greedy,
+                                       f"a plain run of {PLAIN_RATE_TOKENS} tokens on the server")
 
-    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int,
-                    max_tokens: int) -> tuple[dict[str, Any], list[int]]:
+    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int, max_tokens: int,
+                    should_stop: Callable[[], bool] = lambda: False) -> tuple[dict[str, Any], list[int]]:
         if self.process is None:
             raise BackendError(f"A/B needs a server specchat starts: speculation on {self.url} cannot be switched off"
                                " from here")
         # A server restarted without speculation starts with an empty cache: the plain arm decodes the whole prompt,
         # and its "prompt tokens decoded" says so.
         original = self.config
-        self.apply(dataclasses.replace(original, spec=dataclasses.replace(original.spec, method="none")))
+        saved = self.chat.snapshot() if self.chat is not None else None
+        self.apply(without_speculation(original))
         try:
             emitted, finished = [], None
-            for event in self._completion(history, text, max_tokens, lambda: False):
+            for event in self._completion(history, text, max_tokens, should_stop):
                 if isinstance(event, TokenEmitted):
                     emitted.append(event.token)
                 elif isinstance(event, ReplyFinished):
                     finished = event
             assert finished is not None
-            return finished.stats.summary(), emitted
+            peak = peak_rss_bytes(self.pid)
+            return finished.stats.summary() | {"peak_rss": peak, "finish_reason": finished.finish_reason}, emitted
         finally:
             self.apply(original)
+            if saved is not None and self.chat is not None:
+                self.chat.resume(saved)
 
     def render(self, messages: list[Message]) -> str:
         if self.template is None:
             raise BackendError(f"{self.url} renders its own prompts (chat completions): no text to show")
-        return self.template.render([{"role": m.role, "content": m.content} for m in messages],
-                                    add_generation_prompt=True)
+        return self.template.render(as_dicts(messages), add_generation_prompt=True)
 
     def clear_cache(self, *, replies: bool = False) -> None:
         if replies and self.process is not None:
@@ -405,7 +326,5 @@ class LlamaServerBackend:
         return files
 
     def close(self) -> None:
-        if self.process is not None:
-            self.process.close()
-        if self._vocab is not None:
-            self._vocab.close()
+        self._stop_process()
+        self._close_vocab()

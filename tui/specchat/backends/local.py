@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..engine import Engine, EngineConfig, Message, ReplyFinished
+from ..engine.config import without_speculation
+from ..engine.conversation import as_dicts
 from ..engine.events import Event, SpeculationState
+from ..engine.reference import PlainReference
 from ..engine.llama import model_identity
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
 
@@ -53,27 +55,28 @@ class LocalBackend:
     def speculation_state(self) -> SpeculationState:
         return self.engine.speculation_state()
 
-    def measure_plain_rate(self) -> float | None:
-        return self.engine.measure_plain_rate()
+    def plain_reference(self) -> PlainReference | None:
+        return self.engine.plain_reference()
 
-    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int,
-                    max_tokens: int) -> tuple[dict[str, Any], list[int]]:
+    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int, max_tokens: int,
+                    should_stop: Callable[[], bool] = lambda: False) -> tuple[dict[str, Any], list[int]]:
         engine, original = self.engine, self.engine.config
-        after = list(engine.messages)
+        after = engine.chat.snapshot()  # the conversation as it was, a trimmed chat's window included
         try:
             engine.restore(history)
-            engine.apply(dataclasses.replace(original, spec=dataclasses.replace(original.spec, method="none")))
+            engine.apply(without_speculation(original))
             engine.truncate_cache(reused_tokens)
             reset_peak_rss()
-            finished = [e for e in engine.reply(text, max_tokens=max_tokens) if isinstance(e, ReplyFinished)][-1]
-            return finished.stats.summary() | {"peak_rss": peak_rss_bytes()}, list(engine.messages[-1].tokens or [])
+            events = engine.reply(text, max_tokens=max_tokens, should_stop=should_stop)
+            finished = [e for e in events if isinstance(e, ReplyFinished)][-1]
+            summary = finished.stats.summary() | {"peak_rss": peak_rss_bytes(), "finish_reason": finished.finish_reason}
+            return summary, list(engine.messages[-1].tokens or [])
         finally:
             engine.apply(original)
-            engine.restore(after)
+            engine.chat.resume(after)
 
     def render(self, messages: list[Message]) -> str:
-        return self.engine.template.render([{"role": m.role, "content": m.content} for m in messages],
-                                           add_generation_prompt=True)
+        return self.engine.template.render(as_dicts(messages), add_generation_prompt=True)
 
     def clear_cache(self, *, replies: bool = False) -> None:
         self.engine.clear_cache(replies=replies)

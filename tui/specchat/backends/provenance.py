@@ -5,6 +5,10 @@ With ``"timings_per_token": true`` every streamed token carries the reply's cumu
 accepted emits a accepted tokens, then the target's own: a correction when a < d, a bonus when a = d. A token that
 changes neither counter outside such a step comes from a plain step. The server does not say which draft tokens it
 rejected, only how many.
+
+Tokens held back inside a UTF-8 character arrive together, under the counters of the last of them; a change of the
+counters then belongs to the first token after the step in progress, never to a token of that step. (Should a held-back
+run span two drafting steps, their counts are one step's: the totals stay the server's.)
 """
 
 from __future__ import annotations
@@ -32,13 +36,11 @@ class StepTracker:
     def token(self, draft_n: int | None, draft_n_accepted: int | None) -> tuple[TokenKind, int, list[StepVerified]]:
         """The kind and step of the next streamed token, and the steps it closed (in order)."""
         closed: list[StepVerified] = []
-        if self._first:  # the prefill's token: no step judged it
+        if self._first:  # the prefill's token: no step judged it (the counters start at 0 with each request)
             self._first = False
-            self.drafted, self.accepted = draft_n or 0, draft_n_accepted or 0
             return TokenKind.TARGET, 0, closed
         drafted, accepted = draft_n or self.drafted, draft_n_accepted or self.accepted
-        if (drafted, accepted) != (self.drafted, self.accepted):
-            closed += self.close()
+        if self._step is None and (drafted, accepted) != (self.drafted, self.accepted):
             self.steps += 1
             d, a = drafted - self.drafted, accepted - self.accepted
             self.drafted, self.accepted = drafted, accepted

@@ -1,13 +1,55 @@
 """A/B in a chat: the last reply against the same prompt rerun without speculation (see ``Backend.rerun_plain``).
 
-Both arms decode the same prompt tokens from the same cache state, on the same target, context and sampling. Sampled
-replies differ by chance, so they are not compared token by token.
+Both arms decode the same prompt tokens from the same cache state, on the same target, context and sampling — so A/B
+compares only a reply that finished by itself (a cancelled reply has no end to compare with) and was made under the
+conditions the backend has now (a profile switch may have changed the target, the context or the sampling since).
+Sampled replies differ by chance, so they are not compared token by token. Both front ends render the same rows.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ..engine.config import EngineConfig
+from ..figures import num
+from ..engine.reference import PlainReference
+
+if TYPE_CHECKING:
+    from ..backends import Backend
+    from ..engine.conversation import Message
+    from .records import ReplyRecord
+
+TITLE = "A/B: the same prompt, target, context, sampling and cache state"
+FINISHED_BY_ITSELF = ("stop", "length")
+
+
+def conditions_of(config: EngineConfig) -> dict[str, Any]:
+    """What both arms of an A/B must share with the reply (kept with the reply, so a reopened chat is checked too)."""
+    s = config.sampling
+    return {"n_ctx": config.n_ctx, "kv_cache": config.kv_cache,
+            "sampling": [s.temperature, s.top_k, s.top_p, s.min_p, s.seed]}
+
+
+def refusal(record: ReplyRecord | None, config: EngineConfig, target_id: str) -> str | None:
+    """Why the last reply cannot be compared now, as one line; None when it can."""
+    if record is None or record.stats is None:
+        return "A/B needs a finished reply to compare — ask something first"
+    if record.finish_reason not in FINISHED_BY_ITSELF:
+        return (f"A/B compares a reply that finished by itself, and this one was {record.finish_reason} —"
+                " regenerate it (Ctrl+R, /retry), then compare")
+    now = conditions_of(config)
+    changed = []
+    if record.target_id != target_id:
+        changed.append("the target model")
+    for key, label in (("sampling", "the sampling"), ("n_ctx", "the context size"), ("kv_cache", "the KV cache")):
+        if record.conditions is not None and record.conditions.get(key) != now[key]:
+            changed.append(label)
+    if changed:
+        return (f"the profile changed {' and '.join(changed)} since this reply: the arms would not decode alike —"
+                " regenerate it (Ctrl+R, /retry), then compare")
+    return None
 
 
 @dataclass(frozen=True)
@@ -16,8 +58,59 @@ class ABResult:
     plain: dict[str, Any]
     identical: bool | None  # None when sampling: equal text is then not expected
     sampled: bool
+    memory_of: str  # whose peak memory the table shows: this process, or the model server's
+
+    @property
+    def speedup(self) -> float | None:
+        spec, plain = self.spec.get("decode_tps"), self.plain.get("decode_tps")
+        return spec / plain if spec and plain else None
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(figure, speculation, plain), for every front end's table."""
+        spec, plain = self.spec, self.plain
+
+        def row(label: str, key: str, pattern: str, scale: float = 1, suffix: str = "") -> tuple[str, str, str]:
+            return label, num(spec.get(key), pattern, scale, suffix), num(plain.get(key), pattern, scale, suffix)
+
+        rows = [row("prompt tokens decoded", "prefill_tokens", "d"), row("TTFT", "ttft", ".0f", 1000, " ms"),
+                row("decode tok/s", "decode_tps", ".1f"), row("total", "t_total", ".2f", 1, " s"),
+                row(f"peak memory ({self.memory_of})", "peak_rss", ",.0f", 1e-6, " MB"),
+                ("acceptance", num(spec.get("acceptance_rate"), ".0%"), "–")]
+        rows.append(("speed-up", num(self.speedup, ".2f", 1, "×"), "1.00×"))
+        return rows
+
+    @property
+    def verdict(self) -> str:
+        if self.sampled:
+            return ("not compared — sampled replies differ by chance (the output follows the target's distribution;"
+                    " compare at temperature 0 for identical tokens)")
+        return "yes — identical tokens" if self.identical else "NO — the replies differ"
+
+    def plain_reference(self, slope: float | None) -> PlainReference | None:
+        """The plain arm as the reference "vs plain" uses: its rate at its own mean depth, with its sampling."""
+        tps = self.plain.get("decode_tps")
+        if not tps:
+            return None
+        depth = int(self.plain.get("prompt_tokens", 0) + self.plain.get("generated", 0) / 2)
+        return PlainReference.measured(tps, depth, slope, self.sampled, "A/B plain run of this prompt")
 
 
-def compare(spec: dict[str, Any], spec_tokens: list[int], plain: dict[str, Any], plain_tokens: list[int],
-            sampled: bool) -> ABResult:
-    return ABResult(spec, plain, None if sampled else spec_tokens == plain_tokens, sampled)
+class Comparison:
+    """An A/B about to run: ``run`` it on the engine thread; ``cancel`` stops its plain arm between steps."""
+
+    def __init__(self, backend: Backend, record: ReplyRecord, history: list[Message], text: str, max_tokens: int,
+                 cancel: threading.Event) -> None:
+        self.backend, self.history, self.text, self.max_tokens, self.cancel = backend, history, text, max_tokens, cancel
+        self.spec, self.spec_tokens = dict(record.stats or {}), list(record.tokens)
+        self.reused = record.reused_tokens or 0
+        self.sampled = not backend.config.sampling.greedy
+
+    def run(self) -> ABResult | None:
+        """Both arms' figures; None when cancelled."""
+        plain, tokens = self.backend.rerun_plain(self.history, self.text, self.reused, self.max_tokens,
+                                                 should_stop=self.cancel.is_set)
+        if plain.get("finish_reason") == "cancelled" or self.cancel.is_set():
+            return None
+        identical = None if self.sampled else self.spec_tokens == tokens
+        memory_of = "this process" if self.backend.pid is None else "the server"
+        return ABResult(self.spec, plain, identical, self.sampled, memory_of)

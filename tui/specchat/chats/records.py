@@ -22,12 +22,14 @@ class ReplyRecord:
     """A reply as its events built it: what a view draws, what the store saves, what A/B compares with."""
 
     segments: list[Segment] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
+    # The target's ids, one per segment; None when a stored record's ids were damaged (its text is tokenized again).
+    tokens: list[int] | None = field(default_factory=list)
     ghosts: dict[int, str] = field(default_factory=dict)  # segment index → rejected draft text shown after it
     finish_reason: str | None = None  # None while streaming
     stats: dict | None = None  # the engine's summary of the reply, once finished
     target_id: str = ""  # the model whose token ids ``tokens`` are
     reused_tokens: int | None = None  # prompt tokens already in the KV cache when the reply started
+    conditions: dict | None = None  # what an A/B must share with this reply (``ab.conditions_of``)
     role: str = "assistant"
 
     @property
@@ -42,7 +44,8 @@ class ReplyRecord:
         for event in events:
             if isinstance(event, TokenEmitted):
                 self.segments.append((event.text, event.kind.value))
-                self.tokens.append(event.token)
+                if self.tokens is not None:
+                    self.tokens.append(event.token)
             elif isinstance(event, DraftRejected) and self.segments:
                 # The step's accepted tokens came before it and its correction comes after: the ghost sits right
                 # where the draft was rejected.
@@ -52,7 +55,8 @@ class ReplyRecord:
                 self.reused_tokens = event.reused_tokens
             elif isinstance(event, ReplyFinished):
                 self.finish_reason = event.finish_reason
-                self.stats = event.stats.summary() | {"reused_tokens": self.reused_tokens}
+                self.stats = event.stats.summary() | {"reused_tokens": self.reused_tokens,
+                                                      "conditions": self.conditions}
 
 
 Turn = UserTurn | ReplyRecord

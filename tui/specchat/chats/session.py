@@ -69,8 +69,15 @@ class ChatSession:
         self.turns.append(record)
         return record
 
+    def changed(self, turn: Turn) -> None:
+        """``turn`` changed in memory: it is written again with the next save, wherever it is in the chat."""
+        index = next((i for i, t in enumerate(self.turns) if t is turn), None)
+        if index is not None:
+            self._saved = min(self._saved, index)
+
     def reply_changed(self, record: ReplyRecord) -> None:
         """A reply got new events: save it when it finished, or when the last save is a second old."""
+        self.changed(record)
         if not record.streaming or time.monotonic() - self._last_save >= SAVE_EVERY_S:
             self.save()
 
@@ -84,6 +91,7 @@ class ChatSession:
         record = self.last_reply
         if record is not None and record.streaming:
             record.finish_reason = INTERRUPTED
+            self.changed(record)
         self.save()
 
     def set_system_prompt(self, text: str | None) -> None:
@@ -147,7 +155,7 @@ def engine_messages(turns: list[Turn], system_prompt: str | None, target_id: str
         if isinstance(turn, UserTurn):
             messages.append(Message(turn.role, turn.text))
         else:
-            same_model = bool(turn.target_id) and turn.target_id == target_id
+            same_model = bool(turn.target_id) and turn.target_id == target_id and turn.tokens is not None
             messages.append(Message("assistant", turn.text, list(turn.tokens) if same_model else None,
                                     turn.finish_reason))
     return messages
@@ -156,15 +164,21 @@ def engine_messages(turns: list[Turn], system_prompt: str | None, target_id: str
 def _stored(turn: Turn) -> StoredMessage:
     if isinstance(turn, UserTurn):
         return StoredMessage("user", turn.text)
-    return StoredMessage("assistant", turn.text, list(turn.tokens), list(turn.segments), sorted(turn.ghosts.items()),
-                         turn.finish_reason, turn.stats, turn.target_id or None)
+    return StoredMessage("assistant", turn.text, None if turn.tokens is None else list(turn.tokens),
+                         list(turn.segments), sorted(turn.ghosts.items()), turn.finish_reason, turn.stats,
+                         turn.target_id or None)
 
 
 def _turn(message: StoredMessage) -> Turn:
     if message.role != "assistant":
         return UserTurn(message.content, message.role)
+    segments = list(message.segments) if message.segments else [(message.content, "target")]
+    tokens = message.tokens
+    if tokens is not None and (len(tokens) != len(segments) or "".join(p for p, _ in segments) != message.content):
+        tokens = None  # ids that do not match the text they came with are no ids of it: the text is tokenized again
+    telemetry = message.telemetry or {}
     return ReplyRecord(
-        segments=list(message.segments) if message.segments else [(message.content, "target")],
-        tokens=list(message.tokens or []), ghosts=dict(message.ghosts), finish_reason=message.finish_reason or INTERRUPTED,
-        stats=message.telemetry, target_id=message.target_id or "",
+        segments=segments, tokens=None if tokens is None else list(tokens), ghosts=dict(message.ghosts),
+        finish_reason=message.finish_reason or INTERRUPTED, stats=message.telemetry, target_id=message.target_id or "",
+        conditions=telemetry.get("conditions") if isinstance(telemetry.get("conditions"), dict) else None,
     )

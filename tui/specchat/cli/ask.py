@@ -15,8 +15,8 @@ from ..engine.conversation import Message
 from ..text import valid_text
 from ..errors import ConfigError
 from ..engine.config import DEFAULT_MAX_TOKENS
+from ..figures import summary_line
 from .options import add_profile_option
-
 
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
@@ -61,22 +61,6 @@ def open_backend_for(args: argparse.Namespace):  # -> Backend, imported lazily s
     from ..profiles import engine_config, load_profile
 
     return open_backend(engine_config(load_profile(args.profile), **overrides(args)))
-
-
-def summary_line(stats: Any, finish_reason: str) -> str:
-    parts = [f"[{stats.method}" + (f" n_max={stats.n_max}]" if stats.speculation_active else "]")]
-    parts.append(f"{stats.generated} tokens")
-    if stats.decode_tps:
-        parts.append(f"{stats.decode_tps:.1f} tok/s")
-    if stats.ttft is not None:
-        parts.append(f"TTFT {stats.ttft * 1000:.0f} ms")
-    if stats.drafted:
-        parts.append(f"accepted {stats.accepted}/{stats.drafted} ({stats.acceptance_rate:.0%})")
-        parts.append(f"mean accept length {stats.mean_acceptance_length:.2f}")
-    if not stats.speculation_active:
-        parts.append(f"speculation off: {stats.speculation_reason}")
-    parts.append(finish_reason)
-    return " · ".join(parts)
 
 
 def use_color(choice: str, stream: TextIO) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from .options import add_profile_option
 
@@ -16,5 +17,8 @@ def run(args: argparse.Namespace) -> int:
     from ..app.chat_app import make_app
     from ..app.settings import Settings
 
-    make_app(Settings(profile=args.profile)).run()
+    app = make_app(Settings(profile=args.profile))
+    app.run()
+    if app.engine_running:  # a backend that hung: leave without the exit handlers that would free its models
+        os._exit(app.return_code or 0)
     return 0

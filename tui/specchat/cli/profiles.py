@@ -238,7 +238,7 @@ def cmd_drafts(args: argparse.Namespace) -> int:
 
 
 def cmd_templates(_args: argparse.Namespace) -> int:
-    from .engine.chat_template import builtin_names
+    from ..engine.chat_template import builtin_names
 
     print("[chat] template takes a Jinja file (relative to the profile's folder) or one of llama.cpp's names:")
     print("  " + ", ".join(builtin_names()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,3 +111,8 @@ class EngineConfig:
         if self.spec.method == "mtp" and self.backend.kind == "local":
             raise ConfigError("method 'mtp' needs a llama.cpp server (multi-token prediction heads run there, not in"
                               " specchat's own loop) — set [backend] kind = \"llama-server\"")
+
+
+def without_speculation(config: EngineConfig) -> EngineConfig:
+    """The same configuration decoding plainly: the other arm of every comparison."""
+    return dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none"))

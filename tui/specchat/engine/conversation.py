@@ -30,6 +30,22 @@ class Message:
     finish_reason: str | None = None
 
 
+def as_dicts(messages: list[Message]) -> list[dict[str, str]]:
+    """Messages as a chat template or a chat-completions request takes them."""
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+@dataclass(frozen=True)
+class ConversationState:
+    """Everything a ``Conversation`` holds, to put back after a detour (an A/B rerun) without re-tokenizing."""
+
+    messages: tuple[Message, ...]
+    tokens: tuple[int, ...]
+    rendered: str
+    head_len: int
+    head: hashlib.blake2b
+
+
 class Conversation:
     def __init__(self, model: Model, template: ChatTemplate) -> None:
         self.model, self.template = model, template
@@ -82,9 +98,22 @@ class Conversation:
         self.messages = [*kept, user]
         self.tokens, self.rendered = tokens, rendered
 
+    def generated(self, token: int) -> None:
+        """A token of the reply in progress joins the conversation (every backend calls this as it emits)."""
+        self.tokens.append(token)
+
     def end_turn(self, text: str, tokens: list[int], finish: str | None) -> None:
         self.messages.append(Message("assistant", text, tokens, finish))
         self.rendered += text
+
+    def snapshot(self) -> ConversationState:
+        return ConversationState(tuple(self.messages), tuple(self.tokens), self.rendered, self._head_len,
+                                 self._head.copy())
+
+    def resume(self, state: ConversationState) -> None:
+        """Back to ``snapshot``'s state, trimmed window included (the KV cache catches up at the next prefill)."""
+        self.messages, self.tokens, self.rendered = list(state.messages), list(state.tokens), state.rendered
+        self._head_len, self._head = state.head_len, state.head.copy()
 
     def _tokenize_full(self, text: str) -> list[int]:
         bos_text = self.template.bos_token
@@ -93,8 +122,7 @@ class Conversation:
 
     def extend(self, tokens: list[int], rendered: str, messages: list[Message]) -> tuple[list[int], str]:
         """Tokens and text of ``messages`` (ending with a user turn) plus the assistant prompt, reusing a prefix."""
-        full = self.template.render([{"role": m.role, "content": m.content} for m in messages],
-                                    add_generation_prompt=True)
+        full = self.template.render(as_dicts(messages), add_generation_prompt=True)
         if tokens and full.startswith(rendered):
             return tokens + self.model.tokenize(full[len(rendered):], add_special=False), full
         # Templates that rewrite earlier turns (e.g. Qwen3 dropping old <think> blocks) need a fresh tokenization.
@@ -109,7 +137,8 @@ class Conversation:
                 continue
             tokens, rendered = self.extend(tokens, rendered, messages[:i])
             generated = message.tokens
-            if generated is None or not all(0 <= t < self.model.n_vocab for t in generated):
+            if generated is None or not all(0 <= t < self.model.n_vocab for t in generated) \
+                    or (not generated and message.content):
                 # Never generated here, or stored ids this model does not have (a damaged record): its text it is.
                 generated = self.model.tokenize(message.content, add_special=False)
             tokens = tokens + generated

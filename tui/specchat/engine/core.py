@@ -22,7 +22,7 @@ from .auto import AutoDraftLength, MatchHazards, VerifyCost
 from .chat_template import ChatTemplate
 from .config import DEFAULT_MAX_TOKENS, EngineConfig, SpecConfig
 from .conversation import Conversation, Message
-from .costs import CostCache, measure_verify_cost, sizes_up_to
+from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
 from .cpu import ThreadGovernor
 from .drafters import Drafter, NgramDrafter
 from .events import (
@@ -37,10 +37,11 @@ from .events import (
     TokenEmitted,
     TokenKind,
 )
-from .llama import Context, Model, common_prefix
+from .llama import Context, DecodeInterrupted, Model, common_prefix
 from .loading import LoadedDraft, LoadedTarget, draft_identity, target_identity
 from .loop import Rules, StepOutcome, speculate
-from .sampling import SamplingParams, pick
+from .reference import PlainReference
+from .sampling import pick
 from .stats import ReplyStats, rate
 
 __all__ = ["Engine", "Message"]
@@ -56,6 +57,7 @@ class _Reply:
 
     stats: ReplyStats
     started: float
+    state: SpeculationState  # the speculation state the reply last announced
     tokens: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
@@ -305,12 +307,12 @@ class Engine:
         compares with)."""
         self.ctx.truncate(n_keep)
 
-    def measure_plain_rate(self, tokens: int = PLAIN_RATE_TOKENS) -> float | None:
-        """Decode tokens/s of plain decoding of this target, measured through the same step a reply takes, then undone.
-
-        The reference for "vs plain": the same measure (tokens after the first over the time since the first) as a
-        reply's decode rate, on the same target, context and threads. None when the context has no room for it.
-        """
+    def plain_reference(self, tokens: int = PLAIN_RATE_TOKENS) -> PlainReference | None:
+        """Plain decoding of this target, measured through the same step a reply takes and undone: what "vs plain"
+        compares with. A run of ``tokens`` at the conversation's depth with the profile's sampling (its own random
+        draws: the target's are not disturbed), and how much a step slows per token of context (measured once per
+        model, threads and KV cache, kept in the user cache). None when the context has no room for the run."""
+        slope = self._depth_slope()
         seq = list(self.tokens) or [max(self.target.bos, 0)]
         keep = len(seq) - 1
         if keep + tokens + 1 >= self.ctx.n_ctx:
@@ -319,13 +321,25 @@ class Engine:
             self.ctx.sync(seq[:-1])
         else:
             self.ctx.truncate(0)
-        greedy = Rules(SamplingParams(), self.rules.rng, self.rules.draft_rng, self.target)
+        sampling = self.config.sampling
+        rules = Rules(sampling, np.random.default_rng(sampling.seed), np.random.default_rng(sampling.seed), self.target)
         times = []
         for _ in range(tokens):
-            seq.append(speculate(self.ctx, seq, None, 0, greedy).token)
+            seq.append(speculate(self.ctx, seq, None, 0, rules).token)
             times.append(perf_counter())
         self.ctx.truncate(keep)
-        return rate(len(times) - 1, times[-1] - times[0])
+        tps = rate(len(times) - 1, times[-1] - times[0])
+        if tps is None:
+            return None
+        return PlainReference.measured(tps, keep + tokens // 2, slope, not sampling.greedy,
+                                       f"a plain run of {tokens} tokens after loading, same loop")
+
+    def _depth_slope(self) -> float:
+        spec = self.config.target
+        key = (f"{self.target.identity}|threads={spec.threads}|gpu_layers={spec.n_gpu_layers}|kv={self.ctx.kv_cache}"
+               f"|llama.cpp {lc.__version__}|depth slope")
+        token = max(self.target.bos, 0)
+        return CostCache(paths.verify_costs_file()).get_slope(key, lambda: measure_depth_slope(self.ctx, token))
 
     # -- generation --------------------------------------------------------------------------------------------
 
@@ -358,11 +372,14 @@ class Engine:
         self._index_anew_unless_grown(before)
         yield ReplyStarted(len(prompt), reused, len(prompt) - reused, cfg.n_ctx, state)
 
-        reply = _Reply(stats, started)
+        reply = _Reply(stats, started, state)
         finish: str | None = None
         governor = self._governor
         if governor is not None:
             self._use_threads(governor.threads)  # models loaded since were made with the profile's count
+        contexts = [self.ctx] + ([self._draft.ctx] if self._draft is not None else [])
+        for ctx in contexts:  # a long prefill (the target's, or the draft's first) stops when asked, mid-batch
+            ctx.interrupt = should_stop
         try:
             t = perf_counter()
             stats.prefill_tokens = self.ctx.sync(prompt)
@@ -393,6 +410,8 @@ class Engine:
                         stats.end_from_draft = outcome.token is None
                     elif governor is not None and governor.check():
                         yield ThreadsAdjusted(governor.threads, governor.allowed, governor.others, governor.n_cores)
+        except DecodeInterrupted:
+            finish = "cancelled"
         except GeneratorExit:
             finish = "cancelled"  # a consumer that stops iterating has cancelled the reply
             raise
@@ -400,6 +419,8 @@ class Engine:
             finish = "error"
             raise
         finally:
+            for ctx in contexts:
+                ctx.interrupt = None
             text = "".join(reply.text) + reply.decoder.decode(b"", final=True)
             final_state = self.speculation_state()
             stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
@@ -435,11 +456,15 @@ class Engine:
             yield self._emit(reply, outcome.token, outcome.kind, step)
         auto = self._auto
         if isinstance(auto, MatchHazards):
-            switched = auto.observe(outcome.match, outcome.judgements())
-        else:
-            switched = auto is not None and auto.observe(outcome.drafted, outcome.n_accepted)
-        if switched:
-            yield SpeculationChanged(self.speculation_state())
+            auto.observe(outcome.match, outcome.judgements())
+        elif auto is not None:
+            auto.observe(outcome.drafted, outcome.n_accepted)
+        if self.drafter is not None:
+            self.drafter.notice(self.tokens)
+        state = self.speculation_state()  # "auto" switched, or the drafter met a token it cannot read
+        if state != reply.state:
+            reply.state = state
+            yield SpeculationChanged(state)
         stats.n_max = self.n_max
         yield StepVerified(step, outcome.drafted, outcome.n_accepted, outcome.ignored, outcome.withheld,
                            self.n_max, len(self.tokens))
@@ -449,11 +474,7 @@ class Engine:
         text = reply.decoder.decode(self.target.piece(token))
         reply.tokens.append(token)
         reply.text.append(text)
-        self.chat.tokens.append(token)
-        stats.generated += 1
-        stats.by_kind[kind] += 1
+        self.chat.generated(token)
         elapsed = perf_counter() - reply.started
-        if stats.ttft is None:
-            stats.ttft = elapsed
-        stats.t_last_token = elapsed
+        stats.token_emitted(kind, step, elapsed)
         return TokenEmitted(token, text, kind, step, elapsed)

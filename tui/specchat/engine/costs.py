@@ -66,6 +66,33 @@ def measure_verify_cost(ctx: Context, token: int, sizes: tuple[int, ...] = SIZES
     return VerifyCost(sizes, tuple(seconds), exact)
 
 
+SLOPE_DEPTH = 512  # the context depth a plain step is timed at, against an empty cache
+SLOPE_STEPS = 16
+
+
+def measure_depth_slope(ctx: Context, token: int, depth: int = SLOPE_DEPTH) -> float:
+    """Seconds a plain decode step gains per token of context: one-token decodes timed at an empty cache and after
+    ``depth`` tokens (attention costs the same whatever the tokens say), the median of each. Leaves the cache empty."""
+    depth = max(1, min(depth, ctx.n_ctx // 2))
+
+    def step_time() -> float:
+        times = []
+        for _ in range(SLOPE_STEPS):
+            start = perf_counter()
+            ctx.decode([token])
+            ctx.logits()
+            times.append(perf_counter() - start)
+        ctx.truncate(len(ctx.cached) - SLOPE_STEPS)
+        return float(np.median(times))
+
+    ctx.truncate(0)  # the conversation is decoded again by the next reply's prefill
+    shallow = step_time()
+    ctx.decode([token] * depth)
+    deep = step_time()
+    ctx.truncate(0)
+    return max(deep - shallow, 0.0) / depth
+
+
 class CostCache:
     def __init__(self, path: Path, max_age_s: float = MAX_AGE_S) -> None:
         self.path, self.max_age_s = path, max_age_s
@@ -80,6 +107,22 @@ class CostCache:
                         "measured": time.time()}
         self._write(entries)
         return cost
+
+    def get_slope(self, key: str, measure: Callable[[], float]) -> float:
+        """Seconds per token of context (``measure_depth_slope``), cached like the sweep."""
+        entries = self._read()
+        entry = entries.get(key)
+        try:
+            fresh = 0 <= time.time() - float(entry["measured"]) <= self.max_age_s
+            slope = float(entry["slope"])
+            if fresh and math.isfinite(slope) and 0 <= slope < 0.01:
+                return slope
+        except (TypeError, ValueError, KeyError):
+            pass
+        slope = measure()
+        entries[key] = {"slope": slope, "measured": time.time()}
+        self._write(entries)
+        return slope
 
     def _read(self) -> dict:
         try:

@@ -33,14 +33,18 @@ class ModelDrafter:
         self.n_vocab = n_vocab
         self.blocked = ""  # why the draft cannot read the conversation, when it cannot
 
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
-        # Vocabularies may differ by up to 128 ids: a conversation holding an id the draft does not have cannot be
-        # decoded by it, so nothing is drafted until that id leaves the conversation.
+    def notice(self, seq: Sequence[int]) -> None:
+        """Whether the draft can read the conversation as it now is (``blocked`` says why not). Vocabularies may
+        differ by up to 128 ids: a conversation holding an id the draft does not have cannot be decoded by it, so
+        nothing is drafted until that id leaves the conversation."""
         unknown = next((t for t in seq[common_prefix(self.ctx.cached, seq):] if t >= self.n_vocab), None)
-        if unknown is not None:
-            self.blocked = f"the draft model cannot read token {unknown} of the conversation (its vocabulary is smaller)"
+        self.blocked = "" if unknown is None else \
+            f"the draft model cannot read token {unknown} of the conversation (its vocabulary is smaller)"
+
+    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
+        self.notice(seq)
+        if self.blocked:
             return NO_DRAFT
-        self.blocked = ""
         self.ctx.sync(seq)
         sampling = rules.sampling
         tokens: list[int] = []
@@ -102,7 +106,7 @@ class NgramDrafter:
     is copying, and "auto" trusts such drafts more.
     """
 
-    blocked = ""
+    blocked = ""  # it reads every token id: a copy needs no vocabulary
     MAX_MATCH = 256  # how far back a match is followed
     MEMORY_TOKENS = 65_536  # remembered tokens at most; the oldest half goes when it is full
     SEPARATOR = -1  # between remembered sequences: no token matches it
@@ -112,6 +116,9 @@ class NgramDrafter:
         self._memory: list[int] = []
         self._recall = _Index(self.sizes)
         self.reset()
+
+    def notice(self, seq: Sequence[int]) -> None:
+        """Nothing to check."""
 
     def reset(self) -> None:
         """Start over with a new conversation (what is remembered stays)."""

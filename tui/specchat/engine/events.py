@@ -49,6 +49,7 @@ class ReplyStarted:
     prefill_tokens: int  # decoded now
     n_ctx: int
     speculation: SpeculationState
+    estimated_tokens: bool = False  # counts are tiktoken's estimates: the server streams text without token ids
 
 
 @dataclass(frozen=True, slots=True)

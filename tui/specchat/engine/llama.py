@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import llama_cpp as lc
@@ -20,6 +20,14 @@ from .gguf_header import GGUF_MAGIC, check_vocabulary
 
 _SEQ = 0
 IDENTITY_BYTES = 1 << 20  # the header and the first weights: enough to tell two model files apart
+# A decode of more tokens than this (a prefill) can be interrupted between llama.cpp's graph nodes; shorter ones (a
+# verify step: milliseconds) finish, since the check calls into Python from llama.cpp's compute thread at every node.
+INTERRUPTIBLE_TOKENS = 64
+_NO_ABORT = lc.ggml_abort_callback()  # NULL: nothing to check
+
+
+class DecodeInterrupted(Exception):
+    """A long decode was stopped because its ``interrupt`` said so; the cache holds what it held before."""
 
 
 @lc.llama_log_callback
@@ -208,6 +216,15 @@ class Context(SequenceCache):
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self._n_outputs = 0
         self._logits_view: tuple[int, int, np.ndarray] | None = None
+        # Asked between llama.cpp's graph nodes during long decodes: whether to stop (Esc during a prefill).
+        self.interrupt: Callable[[], bool] | None = None
+        self._abort = lc.ggml_abort_callback(self._should_abort)
+
+    def _should_abort(self, _data: ctypes.c_void_p) -> bool:
+        try:
+            return bool(self.interrupt is not None and self.interrupt())
+        except Exception:  # an exception cannot cross into llama.cpp's thread
+            return False
 
     def close(self) -> None:
         if self.ptr:
@@ -236,10 +253,19 @@ class Context(SequenceCache):
                 batch.seq_id[i][0] = _SEQ
                 batch.logits[i] = all_logits or (last_chunk and i == len(chunk) - 1)
             batch.n_tokens = len(chunk)
-            rc = lc.llama_decode(self.ptr, batch)
+            interruptible = self.interrupt is not None and len(chunk) > INTERRUPTIBLE_TOKENS
+            if interruptible:
+                lc.llama_set_abort_callback(self.ptr, self._abort, None)
+            try:
+                rc = lc.llama_decode(self.ptr, batch)
+            finally:
+                if interruptible:
+                    lc.llama_set_abort_callback(self.ptr, _NO_ABORT, None)
             if rc != 0:
                 # A failed decode leaves nothing of this chunk in the cache; drop any partial ubatch to be sure.
                 lc.llama_memory_seq_rm(self.mem, _SEQ, pos0, -1)
+                if rc == 2 and interruptible:
+                    raise DecodeInterrupted
                 raise EngineError(f"llama_decode failed with code {rc}: {last_llama_error() or 'no KV slot'}")
             self.cached.extend(chunk)
         self._n_outputs = len(tokens) if all_logits else 1

@@ -55,6 +55,21 @@ class ReplyStats:
     context_used: int = 0
     n_ctx: int = 0
     threads: int = 0  # threads decoding at the end of the reply (fewer than allowed on a busy machine)
+    token_steps: int = 0  # verify steps that emitted tokens after the first one (a rate needs two of them)
+    last_step: int = 0
+    estimated: bool = False  # token counts estimated (tiktoken) from a server that streams text without ids
+    server_tokens: int | None = None  # the server's own count of the reply's tokens, where it gives one
+
+    def token_emitted(self, kind: str, step: int, elapsed: float) -> None:
+        """One token shown, of ``step``, ``elapsed`` seconds after the reply was requested."""
+        self.generated += 1
+        self.by_kind[kind] += 1
+        if self.ttft is None:
+            self.ttft = elapsed
+        elif step != self.last_step:
+            self.token_steps += 1
+        self.last_step = step
+        self.t_last_token = elapsed
 
     def record_step(self, drafted: int, accepted: int, ignored: int = 0, withheld: int = 0) -> None:
         self.steps += 1
@@ -85,8 +100,10 @@ class ReplyStats:
 
     @property
     def decode_tps(self) -> float | None:
-        """Tokens per second from the first token shown to the last: prefill and time to first token excluded."""
-        if self.ttft is None or self.t_last_token is None:
+        """Tokens per second from the first token shown to the last: prefill and time to first token excluded. The
+        tokens after the first must come from two steps at least: those of one step arrive together, so one step
+        measures only the wait for it (a draft's first prefill, say), not decoding."""
+        if self.ttft is None or self.t_last_token is None or self.token_steps < 2:
             return None
         return rate(self.generated - 1, self.t_last_token - self.ttft)
 

@@ -141,6 +141,18 @@ class Profile:
     def bundled(self) -> bool:
         return self.path is not None and self.path.parent == bundled_dir()
 
+    @property
+    def system_prompt(self) -> str | None:
+        return self.values["chat"]["system_prompt"] or None
+
+    @property
+    def method(self) -> str:
+        return self.values["draft"]["method"]
+
+    @property
+    def backend_kind(self) -> str:
+        return self.values["backend"]["kind"]
+
 
 def _line_of(source: str, section: str, key: str | None) -> int | None:
     lines = source.splitlines()

@@ -13,11 +13,12 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
 from .. import paths
-from ..chats.ab import compare
-from ..chats.export import export
-from ..chats.records import ReplyRecord, UserTurn
+from ..chats.ab import TITLE
+from ..chats.records import UserTurn
 from ..errors import SpecchatError, one_line
 from ..profiles import available_profiles
+
+from .shell import Interrupts
 
 if TYPE_CHECKING:
     from .shell import Repl
@@ -55,54 +56,38 @@ def _ghosts(repl: Repl, _arg: str) -> None:
         repl.say(f"ghosts {'on: rejected drafts show struck through' if repl.ghosts else 'off'}", "class:dim")
 
 
-def _last(repl: Repl) -> tuple[int, str, ReplyRecord] | None:
-    exchange, record = repl.session.last_exchange(), repl.session.last_reply
-    if exchange is None or record is None or record.stats is None:
-        repl.say("nothing to compare yet — ask something first", "class:warn")
-        return None
-    return exchange[0], exchange[1], record
-
-
 def _ab(repl: Repl, _arg: str) -> None:
-    last = _last(repl)
-    if last is None or repl.backend is None:
+    comparison = repl.controller.compare()
+    repl.say("A/B: the last prompt again without speculation… (Ctrl+C stops it)", "class:dim")
+    with Interrupts(comparison.cancel, repl.quit_soon):
+        result = repl.on_engine(comparison.run)
+    if result is None:
+        repl.say("A/B cancelled", "class:dim")
         return
-    index, text, record = last
-    backend = repl.backend
-    repl.say("A/B: the last prompt again without speculation…", "class:dim")
-    history = repl.session.engine_messages(backend.target_id, upto=index)
-    plain, tokens = repl.on_engine(backend.rerun_plain, history, text, record.reused_tokens or 0,
-                                   repl.settings.max_tokens)
-    result = compare(dict(record.stats), list(record.tokens), plain, tokens, not backend.config.sampling.greedy)
-    if plain.get("decode_tps"):
-        repl.telemetry.set_plain_reference(plain["decode_tps"], "A/B plain run of the last prompt")
-    rows = [("", f"speculation ({result.spec.get('method')})", "plain")]
-    for label, key, scale, pattern in (("prompt tokens decoded", "prefill_tokens", 1, "d"), ("TTFT ms", "ttft", 1000, ".0f"),
-                                       ("decode tok/s", "decode_tps", 1, ".1f"), ("total s", "t_total", 1, ".2f")):
-        rows.append((label, *(("–" if side.get(key) is None else format(side[key] * scale, pattern))
-                              for side in (result.spec, result.plain))))
-    for row in rows:
-        repl.say(f"  {row[0]:<22}{row[1]:>24}{row[2]:>12}")
-    if result.spec.get("decode_tps") and result.plain.get("decode_tps"):
-        repl.say(f"  speed-up {result.spec['decode_tps'] / result.plain['decode_tps']:.2f}×")
-    repl.say("  replies identical: " + ("not compared (sampled: they differ by chance)" if result.sampled else
-                                        "yes" if result.identical else "NO — the replies differ"))
+    repl.controller.compared(result)
+    repl.say(TITLE, "class:dim")
+    rows = [("", f"speculation ({result.spec.get('method')})", "plain"), *result.rows()]
+    width = max(len(label) for label, _, _ in rows) + 2
+    for label, spec, plain in rows:
+        repl.say(f"  {label:<{width}}{spec:>24}{plain:>16}")
+    repl.say(f"  replies identical: {result.verdict}")
 
 
 def _stats(repl: Repl, _arg: str) -> None:
-    last = _last(repl)
-    if last is not None:
-        repl.say(json.dumps(last[2].stats, indent=1, default=str))
+    record = repl.session.last_reply
+    if record is None or record.stats is None:
+        repl.say("no finished reply yet — ask something first", "class:warn")
+        return
+    repl.say(json.dumps(record.stats, indent=1, default=str))
 
 
 def _system(repl: Repl, text: str) -> None:
-    repl.session.set_system_prompt(text.strip() or None)
+    repl.controller.set_system_prompt(text)
     repl.say(f"system prompt {'set' if text.strip() else 'cleared'} for this chat", "class:dim")
 
 
 def _new(repl: Repl, _arg: str) -> None:
-    repl.session.new(repl.profile_system_prompt())
-    repl.telemetry.reset_chat()
+    repl.controller.new_chat()
     repl.say("new chat", "class:dim")
 
 
@@ -118,8 +103,7 @@ def _open(repl: Repl, arg: str) -> None:
     if repl.session.store is None or not arg.strip().isdigit():
         repl.say("usage: /open N, N from /chats", "class:warn")
         return
-    repl.session.open(int(arg))
-    repl.telemetry.reset_chat()
+    repl.controller.open_chat(int(arg))
     for turn in repl.session.turns:
         if isinstance(turn, UserTurn):
             repl.say(f"› {turn.text}", "class:dim")
@@ -128,17 +112,12 @@ def _open(repl: Repl, arg: str) -> None:
 
 
 def _export(repl: Repl, arg: str) -> None:
-    written = export(repl.session, Path(arg).expanduser() if arg.strip() else paths.exports_dir())
+    written = repl.controller.export(Path(arg).expanduser() if arg.strip() else paths.exports_dir())
     repl.say(f"exported to {written[0]} and {written[1].name}", "class:dim")
 
 
 def _retry(repl: Repl, _arg: str) -> None:
-    exchange = repl.session.last_exchange()
-    if exchange is None:
-        repl.say("nothing to answer again yet", "class:warn")
-        return
-    repl.session.drop_from(exchange[0])
-    repl.answer(exchange[1])
+    repl.run_exchange(repl.controller.regenerate())
 
 
 def _quit(repl: Repl, _arg: str) -> None:

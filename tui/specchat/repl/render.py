@@ -6,6 +6,7 @@ from __future__ import annotations
 from prompt_toolkit.styles import Style
 
 from ..colours import PROVENANCE
+from ..figures import DASH, ESTIMATE, fit_fields, num, pct
 from ..telemetry.live import LiveTelemetry
 
 # prompt-toolkit spells a Rich colour name as "ansi…"; hex colours are the same.
@@ -14,21 +15,21 @@ STYLE = Style.from_dict({
 } | {"ghost": "strike #808080", "dim": "#808080", "toolbar": "reverse", "warn": "#ffaf00 bold"})
 
 
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0%}"
-
-
-def figures(t: LiveTelemetry, profile: str, method: str, memory: str) -> str:
-    """The toolbar: profile, method, ACTIVE/INACTIVE, acceptance, mean length, tok/s, vs plain, memory, context."""
+def figures(t: LiveTelemetry, profile: str, method: str, memory: str, width: int = 10_000) -> str:
+    """The toolbar and status line: profile, method, ACTIVE/INACTIVE, acceptance, mean length, tok/s, vs plain,
+    memory, context — within ``width`` columns, the least useful fields left out first."""
     spec = t.speculation
-    state = "–" if spec is None else "ACTIVE" if spec.active else "INACTIVE"
-    mean = t.reply.mean_acceptance_length
+    state = DASH if spec is None else "ACTIVE" if spec.active else "INACTIVE"
     now, reply = t.tps_now(), t.reply_rate()
     rate = now if t.generating and now is not None else reply
+    approx = ESTIMATE if t.estimated else ""
     speedup = t.speedup()
-    vs = "–" if speedup is None else f"{speedup:.2f}×" + (" slower than plain!" if speedup < 1 and spec and spec.active
-                                                         else "")
-    context = f"{t.context_used}/{t.n_ctx}" if t.n_ctx else "–"
-    return (f" {profile} · {method} · {state} · accept {_pct(t.reply.acceptance_rate)} · mean "
-            f"{'–' if mean is None else f'{mean:.2f}'} · {'–' if rate is None else f'{rate:.0f}'} tok/s · vs plain {vs}"
-            f" · {memory} · ctx {context} " + (f"· ⚠ {t.busy_machine} " if t.busy_machine else ""))
+    vs = num(speedup, ".2f", 1, "×") + (" slower than plain!" if speedup is not None and speedup < 1 and spec
+                                        and spec.active else "")
+    context = f"{approx}{t.context_used}/{t.n_ctx}" if t.n_ctx else DASH
+    fields = [(8, profile), (4, method), (0, state), (3, f"accept {pct(t.reply.acceptance_rate)}"),
+              (5, f"mean {num(t.reply.mean_acceptance_length, '.2f')}"), (1, f"{approx}{num(rate, '.0f')} tok/s"),
+              (2, f"vs plain {vs}"), (7, memory), (6, f"ctx {context}")]
+    if t.busy_machine:
+        fields.append((9, f"⚠ {t.busy_machine}"))
+    return fit_fields(fields, width)

@@ -11,7 +11,6 @@ reply saved as interrupted.
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import signal
 import sys
@@ -32,17 +31,18 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.output import ColorDepth, Output, create_output
 
-from ..backends import Backend, open_backend
+from ..backends import Backend
+from ..chats.controller import ChatController, Failure
 from ..chats.records import INTERRUPTED, ReplyRecord
 from ..chats.session import ChatSession
 from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
-from ..cli.ask import summary_line
-from ..engine import DraftRejected, EngineConfig, ReplyFinished, ReplyStarted, TokenEmitted
-from ..errors import SpecchatError, one_line
-from ..profiles import Profile, engine_config, load_profile
+from ..engine import DraftRejected, ReplyFinished, TokenEmitted
+from ..errors import SpecchatError
+from ..figures import summary_line
+from ..profiles import Profile
 from ..telemetry.live import LiveTelemetry
-from ..text import valid_text
 from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
+from ..text import valid_text
 from . import render
 from .status import StatusLine
 
@@ -61,12 +61,6 @@ class ReplSettings:
     max_tokens: int = 1024
 
 
-@dataclass(frozen=True)
-class _Failed:
-    error: str
-    started: bool
-
-
 _DONE = object()
 
 
@@ -79,15 +73,12 @@ class Repl:
         self.interactive = interactive
         self.text_out = text_out or sys.stdout
         self.output = output or create_output()
-        self.backend: Backend | None = None
         self._engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
-        self.profile: Profile | None = None
-        self.telemetry = LiveTelemetry()
         self.ghosts = False
         self.quitting = False
         self._memory_text, self._memory_at = "–", -MEMORY_EVERY_S
-        store = self._open_store()
-        self.session = ChatSession(store, settings.profile, None, self._problem)
+        self.controller = ChatController(self._open_store(), settings.profile, self._problem,
+                                         max_tokens=settings.max_tokens)
         self.prompt: PromptSession | None = None
         if interactive:  # piped lines need no line editor
             if settings.history_path is not None:
@@ -100,6 +91,24 @@ class Repl:
                                         key_bindings=self._keys(), vi_mode=settings.vi,
                                         color_depth=None if settings.color else ColorDepth.MONOCHROME,
                                         bottom_toolbar=None if settings.plain else self._toolbar)
+
+    # -- what the controller holds ----------------------------------------------------------------------------------
+
+    @property
+    def session(self) -> ChatSession:
+        return self.controller.session
+
+    @property
+    def telemetry(self) -> LiveTelemetry:
+        return self.controller.telemetry
+
+    @property
+    def backend(self) -> Backend | None:
+        return self.controller.backend
+
+    @property
+    def profile(self) -> Profile | None:
+        return self.controller.profile
 
     # -- output --------------------------------------------------------------------------------------------------
 
@@ -130,7 +139,7 @@ class Repl:
         llama-server's, or this one). Sampled at most once a second: the toolbar redraws more often."""
         now = time.monotonic()
         if now - self._memory_at >= MEMORY_EVERY_S:
-            pid = self.backend.pid if self.backend else None
+            pid = self.controller.facts.pid if self.controller.facts else None
             gpu = gpu_memory(pid=pid)
             if isinstance(gpu, GpuMemory):
                 self._memory_text = f"VRAM {gpu.used / 1e6:,.0f} / {gpu.total / 1e6:,.0f} MB"
@@ -141,9 +150,10 @@ class Repl:
         return self._memory_text
 
     def _toolbar(self) -> FormattedText:
-        method = self.backend.config.spec.method if self.backend else "–"
         name = self.profile.name if self.profile else self.settings.profile
-        return FormattedText([("class:toolbar", render.figures(self.telemetry, name, method, self._memory()))])
+        width = self.output.get_size().columns
+        return FormattedText([("class:toolbar", render.figures(self.telemetry, name, self.controller.method,
+                                                               self._memory(), width))])
 
     # -- set-up ----------------------------------------------------------------------------------------------------
 
@@ -165,40 +175,21 @@ class Repl:
         return keys
 
     def load(self, name: str) -> str:
-        """Load (or switch to) a profile with the least work; returns what was done."""
-        profile = load_profile(name)
-        if self.profile is None:  # the first profile gives the chat its system prompt; a switch keeps the chat's
-            self.session.system_prompt = profile.values["chat"]["system_prompt"] or None
-        config = dataclasses.replace(engine_config(profile), system_prompt=self.session.system_prompt)
-        action = self.on_engine(self._switch_backend, config)
-        assert self.backend is not None
-        self.profile = profile
-        self.session.set_profile(profile.name)
-        if action in ("loaded", "full reload", "server restarted"):
-            self.telemetry.set_plain_reference(self.on_engine(self.backend.measure_plain_rate),
-                                               "plain run after loading")
-        self.telemetry.reset_chat()
-        self.telemetry.speculation = self.backend.speculation_state()
+        """Load (or switch to) a profile with the least work; returns what was done. Ctrl+C meanwhile does not end
+        the REPL: a load runs to its end (the previous profile stays on failure)."""
+        with _Patience() as patience:
+            switched = self.on_engine(self.controller.switch_profile, name)
+        notes = self.controller.profile_switched(switched)
         if not self.settings.plain:
-            for note in self.backend.notes:
+            for note in notes:
                 self._problem(f"note: {note}", False)
-        return action
-
-    def _switch_backend(self, config: EngineConfig) -> str:
-        if self.backend is not None and self.backend.config.backend.kind == config.backend.kind:
-            return self.backend.apply(config)
-        if self.backend is not None:
-            self.backend.close()
-            self.backend = None
-        self.backend = open_backend(config)
-        return "loaded"
+        if patience.interrupted:
+            self.say("(Ctrl+C: a profile loads to its end — /profile NAME switches again)", "class:dim")
+        return switched.action
 
     def on_engine(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``call`` run on the engine thread; its result (or exception) here."""
         return self._engine.submit(call, *args, **kwargs).result()
-
-    def profile_system_prompt(self) -> str | None:
-        return (self.profile.values["chat"]["system_prompt"] or None) if self.profile else None
 
     def _start(self) -> bool:
         """Load the first profile. False (having said why) when it cannot."""
@@ -252,35 +243,30 @@ class Repl:
 
     def answer(self, text: str) -> None:
         """Ask ``text``, print the reply as it streams, then its summary."""
-        assert self.backend is not None
-        backend = self.backend
-        history = self.session.engine_messages(backend.target_id)
-        text = self.session.add_user(text).text
-        record = self.session.add_reply(backend.target_id)
-        cancel = threading.Event()
+        self.run_exchange(self.controller.begin(text))
+
+    def run_exchange(self, exchange) -> None:
+        """Run an exchange the controller began (a question, a regenerated one), printing it as it streams."""
+        record = self.session.last_reply
+        assert record is not None
         inbox: queue.Queue = queue.Queue()
 
         def work() -> None:
-            started = False
             try:
-                for event in backend.answer(history, text, max_tokens=self.settings.max_tokens,
-                                            should_stop=cancel.is_set):
-                    started = started or isinstance(event, ReplyStarted)
-                    inbox.put(event)
-            except Exception as exc:
-                inbox.put(_Failed(one_line(exc), started))
+                failure = exchange.run(inbox.put)
+                self.controller.refresh_facts()
+                if failure is not None:
+                    inbox.put(failure)
             finally:
                 inbox.put(_DONE)
 
         status = StatusLine(self.output) if self.interactive and not self.settings.plain else None
-        with _Interrupts(cancel, self._quit_now), status or nullcontext(), _unechoed(self.prompt and self.prompt.input):
+        with Interrupts(exchange.cancel, self.quit_soon), status or nullcontext(), \
+                _unechoed(self.prompt and self.prompt.input):
             self._engine.submit(work)
             finished, failed = self._stream(inbox, record, status)
-        if failed is not None and not failed.started:
-            # Refused before it began (e.g. larger than the context): the exchange leaves no trace.
-            self.session.drop_from(len(self.session.turns) - 2)
-        elif failed is not None and record.streaming:
-            record.finish_reason = "error"
+        if failed is not None:
+            self.controller.failed(failed)
         self.session.save()
         if failed is not None:
             self._problem(failed.error, True)
@@ -288,7 +274,7 @@ class Repl:
             self.say(summary_line(finished.stats, record.finish_reason or finished.finish_reason), "class:dim")
 
     def _stream(self, inbox: queue.Queue, record, status: StatusLine | None) -> tuple[ReplyFinished | None,
-                                                                                     _Failed | None]:
+                                                                                     Failure | None]:
         """Print what arrives until the worker is done, in batches (one per frame)."""
         finished = failed = None
         while True:
@@ -296,14 +282,13 @@ class Repl:
             while not inbox.empty():
                 events.append(inbox.get_nowait())
             done = _DONE in events
-            failed = next((e for e in events if isinstance(e, _Failed)), failed)
-            events = [e for e in events if e is not _DONE and not isinstance(e, _Failed)]
-            finished = next((e for e in events if isinstance(e, ReplyFinished)), finished)
-            self.telemetry.consume(events)
-            record.add(events)
-            if self.quitting and not record.streaming:
-                record.finish_reason = INTERRUPTED  # stopped because the terminal closed, before it is saved
-            self.session.reply_changed(record)
+            failed = next((e for e in events if isinstance(e, Failure)), failed)
+            events = [e for e in events if e is not _DONE and not isinstance(e, Failure)]
+            finished = self.controller.absorb(events) or finished
+            if self.quitting and not record.streaming and record.finish_reason != INTERRUPTED:
+                record.finish_reason = INTERRUPTED  # stopped because the terminal closed
+                self.session.changed(record)
+                self.session.save()
             fragments: list[tuple[str, str]] = []
             for event in events:
                 if isinstance(event, TokenEmitted):
@@ -320,14 +305,13 @@ class Repl:
                 return finished, failed
             time.sleep(FRAME_S)
 
-    def _quit_now(self) -> None:
+    def quit_soon(self) -> None:
+        """The terminal closed (or a second Ctrl+C): stop what runs, then leave."""
         self.quitting = True
 
     def close(self) -> None:
-        self.session.interrupt()
-        if self.backend is not None:
-            self.on_engine(self.backend.close)
-            self.backend = None
+        self.controller.interrupt([])
+        self.on_engine(self.controller.close)
         self._engine.shutdown()
 
 
@@ -352,14 +336,30 @@ def _unechoed(keyboard: Input | None) -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-class _Interrupts:
+class _Patience:
+    """While the REPL waits on the engine thread for something that cannot stop half-way (a load): Ctrl+C is noted,
+    not raised — raised, it would end the REPL with the engine thread still working."""
+
+    def __enter__(self) -> _Patience:
+        self.interrupted = False
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        self.interrupted = True
+
+
+class Interrupts:
     """While a reply streams: the first Ctrl+C stops it (kept, cancelled), the second — or the terminal closing —
     quits the REPL with the partial reply saved as interrupted."""
 
     def __init__(self, cancel: threading.Event, quit_now: Callable[[], None]) -> None:
         self.cancel, self.quit_now = cancel, quit_now
 
-    def __enter__(self) -> _Interrupts:
+    def __enter__(self) -> Interrupts:
         self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         return self
 

@@ -21,9 +21,13 @@ class StatusLine:
         self.output.flush()
         return self
 
+    @property
+    def columns(self) -> int:
+        return self.output.get_size().columns
+
     def show(self, text: str) -> None:
-        columns = self.output.get_size().columns
-        self.output.write_raw(f"\x1b7\x1b[{self.rows};1H\x1b[2K\x1b[7m{text[:columns]}\x1b[0m\x1b8")
+        """``text`` fitted to the width by its maker (``render.figures``); cut only if it still does not fit."""
+        self.output.write_raw(f"\x1b7\x1b[{self.rows};1H\x1b[2K\x1b[7m{text[:self.columns]}\x1b[0m\x1b8")
         self.output.flush()
 
     def __exit__(self, *_exc: object) -> None:

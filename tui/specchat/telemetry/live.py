@@ -23,6 +23,7 @@ from ..engine.events import (
     ThreadsAdjusted,
     TokenEmitted,
 )
+from ..engine.reference import PlainReference
 from ..engine.stats import ReplyStats, rate
 
 RATE_WINDOW_S = 1.0  # tokens/s "now" is measured over the last second of generation
@@ -45,11 +46,14 @@ class LiveTelemetry:
     ttft: float | None = None
     context_used: int = 0
     n_ctx: int = 0
-    plain_tps: float | None = None  # plain decoding of the same target through the same loop, measured
-    plain_source: str = ""
+    reference: PlainReference | None = None  # plain decoding of the same target, measured (engine/reference.py)
+    prompt_tokens: int = 0  # of the reply in progress (or the last one): where its context depth starts
+    estimated: bool = False  # token counts are tiktoken's estimates (a server that streams text without ids)
     trimmed: int = 0
     threads: ThreadsAdjusted | None = None  # the engine's last thread change (a busy machine), if any
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+    _token_steps: int = 0  # steps that emitted tokens after the reply's first (a rate needs two)
+    _last_step: int = 0
 
     def consume(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -61,6 +65,9 @@ class LiveTelemetry:
             self._recent.append(event.elapsed)
             if self.ttft is None:
                 self.ttft = event.elapsed  # seconds to the first token
+            elif event.step != self._last_step:
+                self._token_steps += 1
+            self._last_step = event.step
             self.context_used += 1
         elif isinstance(event, StepVerified):
             for counters in (self.reply, self.chat):
@@ -75,8 +82,10 @@ class LiveTelemetry:
             self.reply_tokens = 0
             self.reply_tps = self.ttft = None
             self._recent.clear()
+            self._token_steps = self._last_step = 0
             self.speculation = event.speculation
-            self.context_used = event.prompt_tokens
+            self.context_used = self.prompt_tokens = event.prompt_tokens
+            self.estimated = event.estimated_tokens
             self.n_ctx = event.n_ctx
         elif isinstance(event, SpeculationChanged):
             self.speculation = event.speculation
@@ -97,11 +106,27 @@ class LiveTelemetry:
         self.reply, self.chat = ReplyStats(), ReplyStats()
         self.spark.clear()
         self.reply_tokens, self.reply_tps, self.ttft, self.trimmed = 0, None, None, 0
+        self.prompt_tokens, self._token_steps, self._last_step = 0, 0, 0
         self._recent.clear()
 
-    def set_plain_reference(self, tps: float | None, source: str) -> None:
-        """The plain-decoding rate "vs plain" compares with, and where it came from; None: not measured."""
-        self.plain_tps, self.plain_source = tps, source if tps else ""
+    @property
+    def depth(self) -> float | None:
+        """The reply's mean context depth: its prompt, then half of what it generated (decoding slows linearly)."""
+        if not self.prompt_tokens and not self.reply_tokens:
+            return None
+        return self.prompt_tokens + self.reply_tokens / 2
+
+    @property
+    def plain_tps(self) -> float | None:
+        """Plain decoding of the same target at this reply's depth and with its sampling; None: not measurable."""
+        depth = self.depth
+        if self.reference is None:
+            return None
+        return self.reference.tps_at(depth if depth is not None else self.reference.depth)
+
+    @property
+    def plain_source(self) -> str:
+        return self.reference.describe(self.depth) if self.reference is not None else ""
 
     def tps_now(self) -> float | None:
         """Tokens per second over the last second of generation."""
@@ -115,7 +140,7 @@ class LiveTelemetry:
         """Decode tokens/s of the current reply so far (the first token to the last), or of the last finished one."""
         if not self.generating:
             return self.reply_tps
-        if self.ttft is None or not self._recent:
+        if self.ttft is None or not self._recent or self._token_steps < 2:
             return None
         return rate(self.reply_tokens - 1, self._recent[-1] - self.ttft)
 

@@ -11,6 +11,7 @@ from textual.strip import Strip
 
 from ...telemetry.live import LiveTelemetry
 from ...telemetry.memory import GpuMemory, GpuUnavailable
+from ...figures import DASH, ESTIMATE, mb, num, pct
 from .text_lines import TextLines
 
 BAR = "█"
@@ -33,18 +34,6 @@ class ProfileInfo:
     method: str
     status: str = ""  # e.g. "loading models…" or a load error
     where: str = ""  # where the model runs: in this process, or a server's pid and URL
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0%}"
-
-
-def _num(value: float | None, pattern: str) -> str:
-    return "–" if value is None else format(value, pattern)
-
-
-def _mb(value: int | None) -> str:
-    return "–" if value is None else f"{value / 1e6:,.0f} MB"
 
 
 def _grid(rows: list[tuple[str, str | Text]]) -> Text:
@@ -104,9 +93,9 @@ class Sidebar(TextLines, ScrollView):
             head.append(f"\n{spec.reason}", style="dim")
 
         acceptance = _grid([
-            ("acceptance", f"reply {_pct(t.reply.acceptance_rate)} · chat {_pct(t.chat.acceptance_rate)}"),
-            ("mean length", f"reply {_num(t.reply.mean_acceptance_length, '.2f')}"
-                            f" · chat {_num(t.chat.mean_acceptance_length, '.2f')}"),
+            ("acceptance", f"reply {pct(t.reply.acceptance_rate)} · chat {pct(t.chat.acceptance_rate)}"),
+            ("mean length", f"reply {num(t.reply.mean_acceptance_length, '.2f')}"
+                            f" · chat {num(t.chat.mean_acceptance_length, '.2f')}"),
         ])
         acceptance.append("\ntokens per drafting step", style="dim")
         acceptance.append("\nper step, latest right\n", style="dim")
@@ -117,19 +106,21 @@ class Sidebar(TextLines, ScrollView):
         for i, rate in enumerate(rates[:8]):
             positions.append(f" {i + 1} ")
             positions.append(_bar(rate or 0.0), style="green")
-            positions.append(f" {_pct(rate)}\n")
+            positions.append(f" {pct(rate)}\n")
 
         now, reply = t.tps_now(), t.reply_rate()
+        approx = ESTIMATE if t.estimated else ""
         speed: list[tuple[str, str | Text]] = [
-            ("tok/s", f"now {_num(now, '.0f')} · reply {_num(reply, '.0f')}"),
-            ("TTFT", "–" if t.ttft is None else f"{t.ttft * 1000:.0f} ms"),
+            ("tok/s", f"now {approx}{num(now, '.0f')} · reply {approx}{num(reply, '.0f')}"),
+            ("TTFT", num(t.ttft, ".0f", 1000, " ms")),
         ]
         speedup = t.speedup()
+        plain_tps = t.plain_tps
         if speedup is None:
-            speed.append(("vs plain", "–" if t.plain_tps is None else f"– (plain {t.plain_tps:.0f} tok/s)"))
+            speed.append(("vs plain", DASH if plain_tps is None else f"{DASH} (plain {plain_tps:.0f} tok/s)"))
         else:
             value = Text(f"{speedup:.2f}×", style="bold green" if speedup >= 1 else "bold #ffaf00")
-            value.append(f" of {t.plain_tps:.0f} tok/s", style="dim")
+            value.append(f" of {plain_tps:.0f} tok/s", style="dim")
             speed.append(("vs plain", value))
             if speedup < 1 and spec is not None and spec.active:
                 speed.append(("", Text("⚠ slower than plain", style="#ffaf00")))
@@ -148,18 +139,18 @@ class Sidebar(TextLines, ScrollView):
             mem.append("–")
         elif isinstance(memory.gpu, GpuMemory):
             g = memory.gpu
-            mem.append(f"{g.name}\nVRAM {_mb(g.used)} / {_mb(g.total)}\n{memory.whose} {_mb(g.process)}\n")
+            mem.append(f"{g.name}\nVRAM {mb(g.used)} / {mb(g.total)}\n{memory.whose} {mb(g.process)}\n")
         else:
             mem.append(f"no GPU: {memory.gpu.reason}\n")
-            mem.append(f"RAM (RSS) {_mb(memory.rss)}" + ("" if memory.whose == "this process" else
+            mem.append(f"RAM (RSS) {mb(memory.rss)}" + ("" if memory.whose == "this process" else
                                                            f" ({memory.whose})") + "\n")
         if memory is not None:
             for role, size in memory.model_bytes.items():
-                mem.append(f"{role} weights {_mb(size)}\n")
+                mem.append(f"{role} weights {mb(size)}\n")
 
         ctx = Text("context\n", style="dim")
         if t.n_ctx:
-            ctx.append(f"{t.context_used} / {t.n_ctx} ")
+            ctx.append(f"{approx}{t.context_used} / {t.n_ctx} ")
             ctx.append(_bar(t.context_used / t.n_ctx), style="#5fafff")
             if t.trimmed:
                 ctx.append(f"\n{t.trimmed} old messages dropped", style="dim")

@@ -1,0 +1,163 @@
+"""Every kind of backend that runs here, as a profile a user would write: in-process, a llama-server specchat starts,
+a llama-server already running (started by the tests on a loopback port, the GGUF here for its tokenizer), and that
+server's OpenAI-compatible chat completions standing in for vLLM. Shared by the conformance suite and its front-end
+tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import THREADS
+from specchat.backends import open_backend
+from specchat.backends.llama_server import server_args
+from specchat.backends.server_process import ServerProcess
+from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig
+from specchat.engine.config import BackendSpec
+from specchat.engine.events import Event, TokenEmitted
+
+KINDS = ("in-process", "managed", "remote-llama", "remote-openai")
+SYSTEM = "You are a helpful assistant."
+N_MAX = 4
+TURNS = ("Name two planets.", "And one more?", "Which of them is the largest?")
+MULTIBYTE = ("Write the word 'hello' in Japanese, Chinese and Korean.", "Translate to Chinese: I love tea.",
+             "Give me a smiley face emoji 😀 and a heart ❤️.",
+             "Écris une phrase en français avec des accents: été, très, où.")
+
+
+class Servers:
+    """llama-servers already running, one per context size, started for the tests and stopped after them."""
+
+    def __init__(self, binary: Path, target: Path, draft: Path) -> None:
+        self.binary, self.target, self.draft = binary, target, draft
+        self._running: dict[int, ServerProcess] = {}
+
+    def url(self, n_ctx: int) -> str:
+        if n_ctx not in self._running:
+            config = speculative_config(self.target, self.draft, n_ctx)
+            self._running[n_ctx] = ServerProcess(self.binary, server_args(config))
+        return self._running[n_ctx].url
+
+    def pids(self) -> set[int]:
+        return {server.pid for server in self._running.values() if server.pid is not None}
+
+    def close(self) -> None:
+        for server in self._running.values():
+            server.close()
+
+
+def speculative_config(target: Path, draft: Path, n_ctx: int) -> EngineConfig:
+    return EngineConfig(ModelSpec(target, threads=THREADS), ModelSpec(draft, threads=THREADS),
+                        SpecConfig("draft", n_max=N_MAX), n_ctx=n_ctx, system_prompt=SYSTEM)
+
+
+def profile_text(kind: str, *, binary: Path, servers: Servers, n_ctx: int = 2048) -> str:
+    """The TOML a user would write for ``kind``: the embedded pair, greedy, draft-simple with n_max 4."""
+    backend = {"in-process": "", "managed": f'kind = "llama-server"\nspec_type = "draft-simple"\nbinary = "{binary}"',
+               "remote-llama": f'kind = "remote"\nurl = "{servers.url(n_ctx) if kind == "remote-llama" else ""}"'
+                               '\napi = "llama.cpp"',
+               "remote-openai": f'kind = "remote"\nurl = "{servers.url(n_ctx) if kind == "remote-openai" else ""}"'
+                                '\napi = "openai"'}[kind]
+    return (f'[target]\nmodel = "embedded:target"\nn_ctx = {n_ctx}\nthreads = {THREADS}\nadapt_threads = false\n'
+            f'[draft]\nmethod = "draft"\nmodel = "embedded:draft"\nthreads = {THREADS}\nn_max = {N_MAX}\n'
+            f'[sampling]\ntemperature = 0.0\n[chat]\nsystem_prompt = "{SYSTEM}"\n'
+            + (f"[backend]\n{backend}\n" if backend else ""))
+
+
+def write_profile(folder: Path, kind: str, **options) -> Path:
+    path = folder / f"{kind}.toml"
+    path.write_text(profile_text(kind, **options))
+    return path
+
+
+def controller_for(profile: Path, max_tokens: int = 40):
+    from specchat.chats.controller import ChatController
+
+    controller = ChatController(None, str(profile), lambda line, error: None, max_tokens=max_tokens)
+    controller.profile_switched(controller.switch_profile(str(profile)))
+    return controller
+
+
+def ask(controller, text: str, *, stop_after: int | None = None, on_event: Callable[[Event], None] | None = None):
+    """One exchange through the controller, as a front end runs it; ``stop_after`` tokens, it is cancelled."""
+    exchange = controller.begin(text)
+    events: list[Event] = []
+    shown = 0
+
+    def sink(event: Event) -> None:
+        nonlocal shown
+        events.append(event)
+        if on_event is not None:
+            on_event(event)
+        if isinstance(event, TokenEmitted):
+            shown += 1
+            if stop_after is not None and shown >= stop_after:
+                exchange.cancel.set()
+
+    failure = exchange.run(sink)
+    controller.absorb(events)
+    assert failure is None, failure
+    record = controller.session.last_reply
+    assert record is not None and not record.streaming
+    return record
+
+
+class PlainDecoding:
+    """In-process plain decoding of the same target and context: what every greedy reply must equal."""
+
+    def __init__(self, target: Path, draft: Path) -> None:
+        self.target, self.draft = target, draft
+        self._backends: dict[int, object] = {}
+        self._cache: dict[tuple, tuple[list[int], str]] = {}
+
+    def answer(self, history: list[Message], text: str, *, n_ctx: int = 2048,
+               max_tokens: int = 40) -> tuple[list[int], str]:
+        """The plain reply's ids and text to ``text`` after ``history`` (ids of earlier replies kept as given)."""
+        key = (tuple((m.role, m.content, tuple(m.tokens or ())) for m in history), text, n_ctx, max_tokens)
+        if key not in self._cache:
+            if n_ctx not in self._backends:
+                config = dataclasses.replace(speculative_config(self.target, self.draft, n_ctx), spec=SpecConfig("none"),
+                                             draft=None, backend=BackendSpec())
+                self._backends[n_ctx] = open_backend(config)
+            backend = self._backends[n_ctx]
+            events = list(backend.answer(history, text, max_tokens=max_tokens))
+            ids = [e.token for e in events if isinstance(e, TokenEmitted)]
+            self._cache[key] = (ids, events[-1].text)
+        return self._cache[key]
+
+    def chat(self, texts: tuple[str, ...], *, n_ctx: int = 2048, max_tokens: int = 40) -> list[tuple[list[int], str]]:
+        """Plain replies to ``texts`` in one chat."""
+        history = [Message("system", SYSTEM)]
+        replies = []
+        for text in texts:
+            ids, reply = self.answer(history, text, n_ctx=n_ctx, max_tokens=max_tokens)
+            replies.append((ids, reply))
+            history += [Message("user", text), Message("assistant", reply, ids)]
+        return replies
+
+    def close(self) -> None:
+        for backend in self._backends.values():
+            backend.close()
+
+
+def llama_servers_running() -> set[int]:
+    """Every llama-server process on this machine (read from /proc, not from specchat)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes().split(b"\0")[0].endswith(b"llama-server"):
+                    found.add(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

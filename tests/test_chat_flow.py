@@ -1,0 +1,346 @@
+"""The chat flow both front ends share (``chats.controller``), where it broke off the path the tests used to walk:
+each test names the finding it was written for (issue "one chat flow, one conformance suite")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from backend_kinds import Servers, write_profile
+from conftest import THREADS, Run
+from gguf_fixtures import write_variant
+from specchat.backends import open_backend
+from specchat.chats.session import ChatSession
+from specchat.chats.store import Store, StoredMessage
+from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig
+from specchat.engine.config import BackendSpec
+from specchat.engine.events import ReplyFinished, SpeculationChanged, TokenEmitted
+from specchat.engine.sampling import SamplingParams
+from specchat.telemetry.live import LiveTelemetry
+
+pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
+LONG = "Write a very long story about a dragon and a knight."
+
+
+def long_prompt(words: int = 500) -> str:
+    return "Summarise this text in one sentence: " + " ".join(f"word{i % 97}" for i in range(words))
+
+
+# -- 9. cancel reaches every long operation ------------------------------------------------------------------------
+
+
+def test_a_prefill_stops_mid_batch_when_cancelled(make_engine):
+    """Esc during the prefill of a long prompt waited for the whole prompt to decode (seconds on a CPU)."""
+    engine = make_engine("draft", n_max=4)
+    started = time.monotonic()
+    run = Run(list(engine.reply(long_prompt(), max_tokens=20, should_stop=lambda: True)))
+    assert run.finished.finish_reason == "cancelled" and not run.tokens
+    assert run.finished.stats.prefill_tokens == 0 and len(engine.ctx.cached) < 600  # stopped inside the prompt
+    assert time.monotonic() - started < 5
+    again = Run(list(engine.reply("Hello!", max_tokens=8)))  # the engine goes on from a consistent cache
+    assert again.finished.finish_reason in ("stop", "length") and again.tokens
+
+
+def test_a_server_stream_stops_while_the_server_is_still_reading_the_prompt(target_path, draft_path, llama_server):
+    """The stream waited (600 s at most) for the server's first chunk, after its whole prefill, before Esc counted."""
+    backend = open_backend(EngineConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft_path, threads=THREADS),
+                                        SpecConfig("draft", n_max=4), n_ctx=4096,
+                                        backend=BackendSpec(kind="llama-server", binary=str(llama_server))))
+    try:
+        asked = time.monotonic()
+        stop_at = asked + 0.3
+        events = list(backend.answer([], long_prompt(1200), max_tokens=20, should_stop=lambda: time.monotonic() > stop_at))
+        waited = time.monotonic() - asked
+        assert events[-1].finish_reason == "cancelled" and not [e for e in events if isinstance(e, TokenEmitted)]
+        assert waited < 2.0, waited  # a prefill of 3,600 tokens takes far longer on this machine
+        assert list(backend.answer([], "Hello!", max_tokens=8))[-1].stats.generated > 0
+    finally:
+        backend.close()
+
+
+# -- 10. the badge follows drafting that stops mid-reply -----------------------------------------------------------
+
+
+def test_drafting_blocked_mid_reply_switches_the_badge_then(target_path, tmp_path):
+    """The draft lacks the target's last 128 tokens; " Fountain" (49042) comes mid-reply. The badge stayed ACTIVE."""
+    draft = write_variant(target_path, tmp_path / "smaller.gguf", drop_tokens=128)
+    from specchat.engine.core import Engine
+
+    engine = Engine(EngineConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft, threads=THREADS),
+                                 SpecConfig("draft", n_max=4), n_ctx=1024, system_prompt="You are a helpful assistant."))
+    try:
+        run = Run(list(engine.reply("Name a famous fountain in Rome.", max_tokens=40)))
+    finally:
+        engine.close()
+    ids = run.ids
+    assert 49042 in ids and ids.index(49042) < len(ids) - 5
+    changed = [i for i, e in enumerate(run.events) if isinstance(e, SpeculationChanged)]
+    assert changed, "no SpeculationChanged when drafting stopped"
+    state = run.events[changed[0]].speculation
+    assert not state.active and "cannot read token 49042" in state.reason
+    from specchat.engine.events import StepVerified
+
+    step_ends = [i for i, e in enumerate(run.events[:changed[0]]) if isinstance(e, StepVerified)]
+    last_step = run.events[step_ends[-1] + 1:changed[0]]  # the step's events come before its StepVerified
+    assert any(isinstance(e, TokenEmitted) and e.token == 49042 for e in last_step)  # right after the step that brought it
+    live = LiveTelemetry()
+    live.consume(run.events[:changed[0] + 1])
+    assert live.generating and not live.speculation.active  # the badge changed while the reply streams
+
+
+# -- 11. a damaged token column ------------------------------------------------------------------------------------
+
+
+def test_a_damaged_tokens_column_retokenizes_the_reply_instead_of_dropping_it(tmp_path, make_engine, target_path):
+    db = tmp_path / "chats.sqlite3"
+    store = Store(db)
+    chat = store.create("t", "tiny", None)
+    store.replace_tail(chat, 0, [StoredMessage("user", "Name two planets."),
+                                 StoredMessage("assistant", "Mars and Venus.", [1, 2, 3, 4],
+                                               [("Mars", "target"), (" and", "target"), (" Venus", "target"),
+                                                (".", "target")], target_id="x")])
+    store.db.execute("UPDATE messages SET tokens = '[1, 2, \"damaged' WHERE role = 'assistant'")
+    from specchat.engine.llama import model_identity
+
+    store.db.execute("UPDATE messages SET target_id = ?", (model_identity(target_path),))
+    session = ChatSession(store, "tiny", None, lambda *_: None)
+    session.open(chat)
+    messages = session.engine_messages(model_identity(target_path))
+    assert messages[-1].content == "Mars and Venus." and messages[-1].tokens is None
+    engine = make_engine("none", system_prompt=None)
+    engine.restore(messages)
+    text = engine.target.detokenize(engine.tokens)
+    assert "Mars and Venus." in text  # the reply is in the prompt, tokenized from its text
+    # Ids that do not match the text they came with (a count that differs) are no ids of it either.
+    store.db.execute("UPDATE messages SET tokens = '[1, 2]' WHERE role = 'assistant'")
+    session.open(chat)
+    assert session.engine_messages(model_identity(target_path))[-1].tokens is None
+    store.close()
+
+
+# -- 12. a rate over no measurable interval ------------------------------------------------------------------------
+
+
+def test_a_reply_cancelled_after_its_first_step_has_no_rate_and_no_speedup(make_engine):
+    """Five tokens, all from one verify, showed "tok/s reply 0" and "vs plain 0.02×"."""
+    engine = make_engine("draft", n_max=4)
+    steps = []
+    run = Run(list(_until_first_step(engine, steps)))
+    assert run.finished.finish_reason == "cancelled" and len(steps) == 1 and len(run.tokens) >= 2
+    assert run.finished.stats.decode_tps is None
+    live = LiveTelemetry()
+    from specchat.engine.reference import PlainReference
+
+    live.reference = PlainReference.measured(100.0, 0, 0.0, False, "test")
+    live.consume(run.events)
+    assert live.reply_rate() is None and live.speedup() is None
+    from specchat.app.widgets.sidebar import Sidebar  # noqa: F401 — what the sidebar prints is "–" for both
+    from specchat.repl.render import figures
+
+    line = figures(live, "tiny", "draft", "RSS –")
+    assert "– tok/s" in line and "vs plain –" in line
+
+
+def _until_first_step(engine, steps):
+    from specchat.engine.events import StepVerified
+
+    def stop() -> bool:
+        return bool(steps)
+
+    for event in engine.reply("List three fruits.", max_tokens=40, should_stop=stop):
+        if isinstance(event, StepVerified):
+            steps.append(event)
+        yield event
+
+
+# -- 13. the REPL's summary and status line ------------------------------------------------------------------------
+
+
+def test_the_summary_of_an_auto_profile_says_auto_and_the_status_line_fits(tmp_path, user_cache):
+    from specchat.figures import summary_line
+    from specchat.repl.render import figures
+
+    from specchat.engine.stats import ReplyStats
+
+    stats = ReplyStats(method="ngram", speculation_active=True, n_max=0, adaptive=True, generated=10)
+    assert summary_line(stats, "stop").startswith("[ngram n_max=auto]")
+    live = LiveTelemetry()
+    full = figures(live, "a-long-profile-name", "ngram", "RSS 350 MB")
+    assert "ctx" in full and "RSS" in full
+    for width in (30, 50, 70, 90):
+        line = figures(live, "a-long-profile-name", "ngram", "RSS 350 MB", width)
+        assert len(line) <= width
+        fields = [f.strip() for f in line.strip().split(" · ")]
+        assert all(f in full for f in fields)  # whole fields only, none cut at the edge
+    assert "–" in figures(live, "p", "ngram", "RSS 1 MB", 30)  # the state, the most useful field, stays
+
+
+# -- 6. A/B in a trimmed chat keeps the window -------------------------------------------------------------------
+
+
+def test_ab_in_a_trimmed_chat_keeps_the_window(target_path, draft_path):
+    """After A/B in a trimmed chat the next turn trimmed the whole chat afresh and decoded its prompt anew (when the
+    plain arm's reply differed from the reply, as sampled ones do): it must go on as it would have without the A/B."""
+    from specchat.backends.local import LocalBackend
+
+    def last_turn(with_ab: bool):
+        backend = LocalBackend(EngineConfig(ModelSpec(target_path, threads=THREADS),
+                                            ModelSpec(draft_path, threads=THREADS), SpecConfig("draft", n_max=4),
+                                            SamplingParams(temperature=0.8, seed=5), n_ctx=256,
+                                            system_prompt="Be brief."))
+        try:
+            history, trimmed = [Message("system", "Be brief.")], False
+            for text in ("Tell me about the sea.", "And about mountains?", "What about rivers?", "And deserts?"):
+                events = list(backend.answer(history, text, max_tokens=48))
+                trimmed = trimmed or any(type(e).__name__ == "ContextTrimmed" for e in events)
+                history += [Message("user", text),
+                            Message("assistant", events[-1].text, backend.engine.messages[-1].tokens)]
+            assert trimmed
+            if with_ab:
+                backend.rerun_plain(history[:-2], history[-2].content, 0, 48)
+            events = list(backend.answer(history, "And forests?", max_tokens=48))
+            started = next(e for e in events if type(e).__name__ == "ReplyStarted")
+            trims = [e for e in events if type(e).__name__ == "ContextTrimmed"]
+            return started.prompt_tokens, started.prefill_tokens, len(trims), len(history[-1].tokens or [])
+        finally:
+            backend.close()
+
+    (prompt, prefill, trims, reply), (prompt_0, prefill_0, trims_0, _) = last_turn(True), last_turn(False)
+    assert (prompt, trims) == (prompt_0, trims_0) == (prompt, 0)  # the same window, not trimmed afresh
+    # The plain arm's reply took the last reply's place in the cache: that reply is decoded again, nothing more.
+    assert prefill <= prefill_0 + reply + 1, (prefill, prefill_0, reply)
+
+
+# -- 8. a server restart stops the old server first ----------------------------------------------------------------
+
+
+def test_a_server_restart_never_runs_two_servers_and_ab_shows_the_servers_memory(target_path, draft_path,
+                                                                                 llama_server):
+    from backend_kinds import llama_servers_running
+
+    config = EngineConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft_path, threads=THREADS),
+                          SpecConfig("draft", n_max=4), n_ctx=1024,
+                          backend=BackendSpec(kind="llama-server", spec_type="draft-simple", binary=str(llama_server)))
+    before = llama_servers_running()
+    backend = open_backend(config)
+    most = [0]
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set():
+            most[0] = max(most[0], len(llama_servers_running() - before))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        import dataclasses
+
+        assert backend.apply(dataclasses.replace(config, spec=SpecConfig("draft", n_max=2))) == "server restarted"
+        plain, tokens = backend.rerun_plain([], "Name two planets.", 0, 16)  # two restarts more
+        watching.set()
+        watcher.join()
+        assert most[0] == 1, most[0]
+        # A/B's memory column is the server's peak (its model), not this process's.
+        assert tokens and plain["peak_rss"] and plain["peak_rss"] > target_path.stat().st_size
+    finally:
+        watching.set()
+        backend.close()
+
+
+# -- 7 and 9. quitting mid-reply ---------------------------------------------------------------------------------
+
+
+async def test_quitting_mid_reply_saves_every_token_the_engine_produced(settings):
+    """Quitting marked the reply saved while the engine still finished its step: those tokens and the final mark
+    stayed in memory only."""
+    from test_app import SIZE, ready, start_long_reply
+
+    from specchat.app.chat_app import make_app
+
+    settings.max_tokens = 400
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await start_long_reply(pilot)
+        chat = app.conversation.id
+        await pilot.press("ctrl+q")
+    kept = app.backend.engine.messages[-1]
+    stored = Store(settings.db_path).messages(chat)[-1]
+    assert stored.finish_reason == "interrupted"
+    assert stored.content == kept.content and stored.tokens == kept.tokens
+
+
+# -- 4. A/B compares like with like --------------------------------------------------------------------------------
+
+
+def test_ab_in_the_repl_refuses_a_cancelled_reply_and_one_made_under_another_profile(tmp_path, user_cache):
+    from test_repl import CTRL_D, run_repl, signal_once_streaming
+
+    from specchat.repl.shell import ReplSettings
+
+    sampled = tmp_path / "sampled.toml"
+    sampled.write_text((Path(__file__).parents[1] / "profiles" / "tiny.toml").read_text()
+                       .replace("temperature = 0.0", "temperature = 0.8"))
+    settings = ReplSettings("tiny", db_path=tmp_path / "chats.sqlite3", history_path=tmp_path / "history",
+                            max_tokens=300, color=False)
+    keys = f"{LONG}\r/ab\rName a colour.\r/profile {sampled}\r/ab\r" + CTRL_D
+    _, _, text = run_repl(settings, keys, during=signal_once_streaming(signal.SIGINT))
+    assert "replies identical" not in text, text
+    assert "this one was cancelled" in text
+    assert "the profile changed the sampling since this reply" in text
+
+
+async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_one(settings):
+    from test_app import SIZE, ask, ready, start_long_reply, wait_until
+
+    from specchat.app.chat_app import make_app
+    from specchat.app.screens import ABScreen
+
+    settings.max_tokens = 300
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await start_long_reply(pilot)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.busy is None)
+        await pilot.press("ctrl+b")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, ABScreen) and app.busy is None
+        assert any("this one was cancelled" in str(n.message) for n in app._notifications)
+        await ask(pilot, LONG)  # 300 tokens: its plain rerun takes seconds
+        await pilot.press("ctrl+b")
+        await pilot.pause(0.5)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.busy is None)
+        assert not isinstance(app.screen, ABScreen)
+        assert any("A/B cancelled" in str(n.message) for n in app._notifications)
+        assert app.backend.speculation_state().active  # the profile is back as it was
+
+
+def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, user_cache):
+    from test_repl import CTRL_D, run_repl
+
+    from specchat.repl.shell import ReplSettings
+
+    settings = ReplSettings("tiny", db_path=tmp_path / "chats.sqlite3", history_path=tmp_path / "history",
+                            max_tokens=300, color=False)
+    interrupted = []
+
+    def interrupt_the_ab(repl) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if "A/B: the last prompt again" in repl.text_out.getvalue():
+                time.sleep(0.5)
+                os.kill(os.getpid(), signal.SIGINT)
+                interrupted.append(True)
+                return
+            time.sleep(0.05)
+
+    keys = f"{LONG}\r/ab\rSay yes.\r" + CTRL_D
+    repl, _, text = run_repl(settings, keys, during=interrupt_the_ab)
+    assert interrupted and "A/B cancelled" in text
+    assert repl.session.last_reply is not None and len(repl.session.turns) == 4  # "Say yes." was answered after it

@@ -1,0 +1,217 @@
+"""One conformance suite: every backend kind that runs here keeps the same promises, through the chat controller both
+front ends use. Greedy output with speculation equals in-process plain decoding token for token — over several turns,
+multi-byte text, a cancelled reply, a regenerated one, A/B and a trimmed context — and the kinds of the tokens add up
+to the server's own counters. (The front ends over the same kinds: test_conformance_front_ends.py.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from backend_kinds import KINDS, MULTIBYTE, SYSTEM, TURNS, PlainDecoding, Servers, ask, controller_for, write_profile
+from specchat.chats.controller import Refused
+from specchat.engine import Message
+from specchat.engine.events import ContextTrimmed, TokenEmitted
+from specchat.errors import BackendError
+
+pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
+
+
+@pytest.fixture(scope="module")
+def servers(llama_server, target_path, draft_path):
+    running = Servers(llama_server, target_path, draft_path)
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def plain(target_path, draft_path):
+    reference = PlainDecoding(target_path, draft_path)
+    yield reference
+    reference.close()
+
+
+@pytest.fixture(params=KINDS)
+def kind(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def profile(kind, tmp_path, llama_server, servers):
+    def make(n_ctx: int = 2048):
+        return write_profile(tmp_path, kind, binary=llama_server, servers=servers, n_ctx=n_ctx)
+    return make
+
+
+def same(kind: str, record, expected: tuple[list[int], str]) -> None:
+    """Greedy equality: token for token where the backend sends ids; the text where it sends only text."""
+    ids, text = expected
+    if kind == "remote-openai":
+        assert record.text == text
+    else:
+        assert record.tokens == ids, (record.text, text)
+        assert record.text == text
+
+
+def test_three_greedy_turns_equal_plain_decoding(kind, profile, plain):
+    controller = controller_for(profile())
+    try:
+        expected = plain.chat(TURNS)
+        for text, reference in zip(TURNS, expected):
+            record = ask(controller, text)
+            same(kind, record, reference)
+        if kind != "remote-openai":
+            kinds = {k for _, k in record.segments for record in controller.session.turns[1::2]}
+            assert "accepted" in kinds  # speculation ran: the promise was kept with drafts judged, not without
+    finally:
+        controller.close()
+
+
+def test_multibyte_replies_are_whole_with_every_token_id(kind, profile, plain):
+    """CJK, emoji and accented Latin: characters a vocabulary spells over byte tokens came through llama-server as
+    U+FFFD, their ids lost (the server holds a chunk back while its text ends inside a UTF-8 sequence)."""
+    controller = controller_for(profile(), max_tokens=40)
+    backend = controller.backend
+    try:
+        expected = plain.chat(MULTIBYTE)
+        split_characters = 0
+        for text, reference in zip(MULTIBYTE, expected):
+            before = backend.spec_counters() if kind in ("managed", "remote-llama") else None
+            record = ask(controller, text)
+            same(kind, record, reference)
+            split_characters += sum(1 for piece, _ in record.segments if piece == "")
+            if before is not None:  # the kinds add up to the server's own counters
+                after = backend.spec_counters()
+                accepted = after["accepted_tokens"] - before["accepted_tokens"]
+                drafted = after["draft_tokens"] - before["draft_tokens"]
+                assert sum(k == "accepted" for _, k in record.segments) == accepted == record.stats["accepted"]
+                assert record.stats["drafted"] == drafted == record.stats["accepted"] + record.stats["rejected"]
+        assert all("\ufffd" not in reply for _, reply in expected)
+        if kind != "remote-openai":
+            assert split_characters >= 10  # the prompts did make characters that span tokens
+    finally:
+        controller.close()
+
+
+def test_a_cancelled_reply_then_the_next_turn(kind, profile, plain):
+    controller = controller_for(profile(), max_tokens=200)
+    try:
+        partial = ask(controller, "Write a very long story about a dragon and a knight.", stop_after=10)
+        assert partial.finish_reason == "cancelled" and 10 <= len(partial.segments) < 200
+        follow = ask(controller, "Shorter, please.")
+        ids = None if kind == "remote-openai" else list(partial.tokens)
+        history = [Message("system", SYSTEM), Message("user", "Write a very long story about a dragon and a knight."),
+                   Message("assistant", partial.text, ids, "cancelled")]
+        same(kind, follow, plain.answer(history, "Shorter, please.", max_tokens=200))
+    finally:
+        controller.close()
+
+
+def test_regenerate_answers_the_same_prompt_again(kind, profile, plain):
+    controller = controller_for(profile())
+    try:
+        first = ask(controller, TURNS[0])
+        exchange = controller.regenerate()
+        events = []
+        assert exchange.run(events.append) is None
+        controller.absorb(events)
+        again = controller.session.last_reply
+        assert len(controller.session.turns) == 2 and again is not first
+        same(kind, again, plain.chat(TURNS[:1])[0])
+        assert again.text == first.text
+    finally:
+        controller.close()
+
+
+def test_ab_compares_the_same_prompt_without_speculation(kind, profile, plain):
+    controller = controller_for(profile())
+    try:
+        record = ask(controller, TURNS[0])
+        comparison = controller.compare()
+        if kind.startswith("remote"):  # speculation on someone else's server cannot be switched off from here
+            with pytest.raises(BackendError, match="A/B needs a server specchat starts"):
+                comparison.run()
+            return
+        result = comparison.run()
+        assert result is not None and result.identical is True and not result.sampled
+        assert result.plain["method"] == "none" and result.plain["drafted"] == 0
+        assert result.plain["generated"] == len(record.tokens) and result.spec["drafted"] > 0
+        assert controller.backend.speculation_state().active  # the profile is back as it was
+        controller.compared(result)
+        assert "A/B plain run" in controller.telemetry.plain_source
+        same(kind, ask(controller, TURNS[1]), plain.chat(TURNS[:2])[1])  # the chat goes on as if nothing happened
+    finally:
+        controller.close()
+
+
+def test_ab_refuses_a_reply_that_did_not_finish_by_itself(profile):
+    controller = controller_for(profile(), max_tokens=200)
+    try:
+        ask(controller, "Write a very long story about a dragon and a knight.", stop_after=6)
+        with pytest.raises(Refused, match="finished by itself, and this one was cancelled"):
+            controller.compare()
+    finally:
+        controller.close()
+
+
+def test_a_trimmed_context_keeps_its_window(kind, profile, plain):
+    """n_ctx 256: old turns are dropped; every reply is still plain decoding's in the same window, and after a trim
+    the next turn decodes only what is new (a server's prompt_n says so too)."""
+    if kind == "remote-openai":
+        pytest.skip("an OpenAI-compatible server renders and trims the prompt itself")
+    controller = controller_for(profile(n_ctx=256), max_tokens=48)
+    texts = ["Tell me about the sea.", "And about mountains?", "What about rivers?", "And deserts?", "Forests?",
+             "And the sky?"]
+    try:
+        expected = plain.chat(tuple(texts), n_ctx=256, max_tokens=48)
+        trims, prefills = 0, []
+        for text, reference in zip(texts, expected):
+            seen = []
+            record = ask(controller, text, on_event=seen.append)
+            trimmed = any(isinstance(e, ContextTrimmed) for e in seen)
+            trims += trimmed
+            same(kind, record, reference)
+            if trims and not trimmed:  # a turn after a trim that fitted the window: it extended the cache
+                prefills.append((record.stats["prefill_tokens"], record.stats["prompt_tokens"]))
+        assert trims >= 1 and prefills
+        assert all(prefill < prompt // 2 for prefill, prompt in prefills), prefills
+    finally:
+        controller.close()
+
+
+def test_a_server_killed_mid_reply(kind, profile, llama_server, target_path, draft_path, tmp_path):
+    """Managed: the partial reply is kept, marked, and the next message starts the server again. Remote: the same
+    partial reply, and then one line saying the server cannot be reached."""
+    if kind == "in-process":
+        pytest.skip("no server to kill")
+    own = Servers(llama_server, target_path, draft_path)  # a remote server of this test's own, to kill
+    path = write_profile(tmp_path, kind, binary=llama_server, servers=own) if kind != "managed" else profile()
+    controller = controller_for(path, max_tokens=300)
+    try:
+        pid = controller.backend.pid if kind == "managed" else next(iter(own.pids()))
+        exchange = controller.begin("Write a very long story about the sea.")
+        events = []
+
+        def sink(event):
+            events.append(event)
+            if sum(isinstance(e, TokenEmitted) for e in events) == 12:
+                os.kill(pid, signal.SIGKILL)
+
+        failure = exchange.run(sink)
+        controller.absorb(events)
+        assert failure is not None and failure.started and "\n" not in failure.error
+        assert controller.failed(failure) is None  # kept, not dropped
+        record = controller.session.last_reply
+        assert record.finish_reason == "error" and len(record.segments) >= 12
+        if kind == "managed":
+            again = ask(controller, "Hello again.")
+            assert again.finish_reason in ("stop", "length") and controller.backend.pid != pid
+        else:
+            exchange = controller.begin("Hello again.")
+            failure = exchange.run(lambda _e: None)
+            assert failure is not None and "cannot reach" in failure.error and "\n" not in failure.error
+    finally:
+        controller.close()
+        own.close()

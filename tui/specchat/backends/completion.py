@@ -1,0 +1,169 @@
+"""llama-server's ``/completion`` stream as the engine's events: every token with its id, its text and its provenance.
+
+Each streamed chunk carries the reply's cumulative draft counters (``"timings_per_token": true``), from which
+``provenance.StepTracker`` tells each token's kind, and ``predicted_n``, from which ``held_tokens`` recovers the tokens
+the server held back inside a UTF-8 character. With a local vocabulary (the GGUF on this machine) a token's text is
+decoded from its id, as the in-process engine does, and the conversation keeps the ids; without one, the chunk's own
+text is shown.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+from ..engine.conversation import Conversation
+from ..engine.events import Event, ReplyFinished, ReplyStarted, SpeculationState, StepVerified, TokenEmitted, TokenKind
+from ..engine.llama import Model
+from ..engine.stats import ReplyStats
+from ..errors import BackendError
+from .held_tokens import PieceIndex, chunk_tokens
+from .http import EventStream
+from .provenance import StepTracker
+
+FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
+# Asked for a few tokens beyond the reply's limit: a last token that ends inside a UTF-8 character is sent only once a
+# later one completes it (at most three more), and its id is needed; the stream is closed at the limit itself.
+UTF8_MARGIN = 3
+
+
+@dataclass
+class Request:
+    """What one ``/completion`` call sends and knows before it starts."""
+
+    url: str
+    headers: dict[str, str]
+    key_env: str | None
+    prompt: list[int] | str  # token ids (a local tokenizer) or text
+    body: dict[str, Any]  # sampling, beside the prompt
+    max_tokens: int
+    n_ctx: int
+    state: SpeculationState
+    n_max: int
+
+
+@dataclass
+class _Reply:
+    stats: ReplyStats
+    started: float
+    tokens: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    ids_known: bool = True  # every token's id was sent or recovered
+    decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+
+
+class CompletionStream:
+    def __init__(self, vocab: Model | None, index: PieceIndex | None, chat: Conversation | None) -> None:
+        self.vocab, self.index, self.chat = vocab, index, chat
+
+    def events(self, request: Request, should_stop: Callable[[], bool]) -> Iterator[Event]:
+        """The reply as events, in the engine's order; ``should_stop`` ends it between chunks, or mid-prefill."""
+        state = request.state
+        reply = _Reply(ReplyStats(method=state.method, speculation_active=state.active,
+                                  speculation_reason=state.reason, n_max=request.n_max if state.active else 0,
+                                  prompt_tokens=len(request.prompt) if isinstance(request.prompt, list) else 0,
+                                  n_ctx=request.n_ctx), perf_counter())
+        body = {"prompt": request.prompt, "n_predict": request.max_tokens + UTF8_MARGIN, "stream": True,
+                "timings_per_token": True, "return_tokens": True, "cache_prompt": True, **request.body}
+        stream = EventStream(f"{request.url}/completion", body, request.headers, key_env=request.key_env,
+                             should_stop=should_stop)
+        tracker = StepTracker()
+        finish: str | None = None
+        announced = False
+        seen = 0  # tokens generated so far, as the server counts them
+        try:
+            for chunk in stream:
+                timings = chunk.get("timings") or {}
+                if not announced:
+                    announced = True
+                    yield self._started(request, reply.stats, timings)
+                content = chunk.get("content", "")
+                ids = chunk_tokens(self.index, content, chunk.get("tokens") or [], timings.get("predicted_n"), seen)
+                seen += len(ids)
+                for i, token in enumerate(ids):
+                    kind, step, closed = tracker.token(timings.get("draft_n"), timings.get("draft_n_accepted"))
+                    yield from self._closed(closed, reply, request)
+                    event = self._token(reply, token, content, i == len(ids) - 1, kind, step)
+                    if event is not None:
+                        yield event
+                        if reply.stats.generated >= request.max_tokens:
+                            finish = "length"
+                            break
+                if finish is not None:
+                    break
+                if chunk.get("stop"):
+                    finish = FINISH.get(chunk.get("stop_type", ""), "stop")
+                    break
+                if should_stop():
+                    finish = "cancelled"
+                    break
+            else:
+                if not stream.aborted:  # the stream ended without its final chunk: the server went away
+                    raise BackendError(f"the server at {request.url} stopped in the middle of the reply — the partial"
+                                       " reply is kept")
+                finish = "cancelled"
+            yield from self._closed(tracker.close(), reply, request)
+            if not announced:  # stopped before the server said anything (Esc during its prefill)
+                yield self._started(request, reply.stats, {})
+        except BaseException:
+            finish = "error" if finish is None else finish
+            raise
+        finally:
+            stream.close()
+            text = self._end(reply, finish)
+        yield ReplyFinished(text, finish or "stop", reply.stats)
+
+    @staticmethod
+    def _started(request: Request, stats: ReplyStats, timings: dict[str, Any]) -> ReplyStarted:
+        stats.prefill_tokens = int(timings.get("prompt_n", 0))
+        stats.t_prefill = float(timings.get("prompt_ms", 0)) / 1000
+        cached = int(timings.get("cache_n", 0))
+        prompt = len(request.prompt) if isinstance(request.prompt, list) else cached + stats.prefill_tokens
+        return ReplyStarted(prompt, cached, stats.prefill_tokens, request.n_ctx, request.state)
+
+    def _token(self, reply: _Reply, token: int | None, content: str, last: bool, kind: TokenKind,
+               step: int) -> TokenEmitted | None:
+        """Every token counts in its step, the end of generation too; like the engine's, that one is not shown."""
+        vocab = self.vocab
+        if vocab is not None and token is not None:
+            if vocab.is_eog(token):
+                return None
+            text = reply.decoder.decode(vocab.piece(token))
+        elif last:
+            if not content and vocab is None:
+                return None  # without a vocabulary, a token with no text is taken for the end of generation
+            text = content  # what the server sent for the chunk, held-back tokens included
+            reply.decoder.reset()
+        else:
+            text = ""
+        if token is None:
+            reply.ids_known = False
+        elif self.chat is not None:
+            self.chat.generated(token)
+        reply.tokens.append(-1 if token is None else token)
+        reply.pieces.append(text)
+        elapsed = perf_counter() - reply.started
+        reply.stats.token_emitted(kind, step, elapsed)
+        return TokenEmitted(-1 if token is None else token, text, kind, step, elapsed)
+
+    @staticmethod
+    def _closed(steps: list[StepVerified], reply: _Reply, request: Request) -> Iterator[StepVerified]:
+        context = len(request.prompt) + len(reply.tokens) if isinstance(request.prompt, list) else 0
+        for step in steps:
+            reply.stats.record_step(step.drafted, step.accepted)
+            yield dataclasses.replace(step, context_used=context)
+
+    def _end(self, reply: _Reply, finish: str | None) -> str:
+        text = "".join(reply.pieces) + reply.decoder.decode(b"", final=True)
+        chat = self.chat
+        if chat is not None:
+            chat.end_turn(text, reply.tokens if reply.ids_known else None, finish)
+            if not reply.ids_known:  # an id could not be recovered: the conversation tokenizes the text instead
+                chat.tokens, chat.rendered = chat.rebuild(chat.messages)
+        reply.stats.context_used = len(chat.tokens) if chat is not None else 0
+        reply.stats.t_total = perf_counter() - reply.started
+        return text

@@ -1,0 +1,287 @@
+"""The chat flow every front end shares: which backend answers, the chat it answers in, and what the screen shows.
+
+The app and the REPL keep only their presentation and their threading; everything between a typed message and a
+saved, measured reply is here, once. Two kinds of method:
+- *engine thread* (``switch_profile``, ``Exchange.run``, ``Comparison.run``, ``close``) call into the backend; a front
+  end runs them on its one engine thread (llama.cpp keeps a team of compute threads per calling thread);
+- the others run on the front end's own thread and never call the backend: they read and change the session (saved as
+  it changes) and the live telemetry, from what the engine thread returned.
+Data flows one way: the backend's events → ``absorb`` → the session's records and the telemetry → the front end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..backends import Backend, SwitchFailed, switch_backend
+from ..engine import ModelSpec, ReplyFinished, ReplyStarted
+from ..engine.events import Event, SpeculationState
+from ..errors import SpecchatError, one_line
+from ..profiles import Profile, engine_config, load_profile
+from ..telemetry.live import LiveTelemetry
+from ..telemetry.memory import peak_rss_bytes
+from ..engine.reference import PlainReference
+from .ab import ABResult, Comparison, conditions_of, refusal
+from .export import export
+from .records import INTERRUPTED, ReplyRecord
+from .session import ChatSession, Problem
+from .store import Store
+
+# What a profile switch did that leaves the target as it was (its plain reference still holds).
+SAME_TARGET = ("parameters", "draft reloaded")
+
+
+class Refused(SpecchatError):
+    """What was asked cannot be done now; the line says why and what to do."""
+
+
+@dataclass(frozen=True)
+class BackendFacts:
+    """What the front ends show about the backend, read on the engine thread whenever it changes."""
+
+    where: str
+    pid: int | None
+    method: str
+    speculation: SpeculationState
+    n_max: int
+    notes: tuple[str, ...]
+    rejected_tails: bool
+    model_bytes: dict[str, int]
+
+    @staticmethod
+    def of(backend: Backend) -> BackendFacts:
+        return BackendFacts(backend.where, backend.pid, backend.config.spec.method, backend.speculation_state(),
+                            backend.n_max, tuple(backend.notes), backend.rejected_tails,
+                            {role: path.stat().st_size for role, path in backend.model_files().items()})
+
+
+@dataclass(frozen=True)
+class Switched:
+    """A profile now in use, and what it took."""
+
+    profile: Profile
+    action: str  # "loaded", "parameters", "draft reloaded", "full reload", "server restarted", "backend switched", …
+    facts: BackendFacts
+    reference: PlainReference | None  # measured after the switch; None with ``keep_reference``
+    keep_reference: bool  # the same target with the same sampling: the reference there was still holds
+
+
+@dataclass(frozen=True)
+class Failure:
+    error: str
+    started: bool  # whether the backend had accepted the message (a ReplyStarted came)
+
+
+class Exchange:
+    """One question on its way to the backend. ``run`` it on the engine thread; every event goes to ``sink``."""
+
+    def __init__(self, backend: Backend, history, text: str, max_tokens: int, cancel: threading.Event) -> None:
+        self.backend, self.history, self.text, self.max_tokens, self.cancel = backend, history, text, max_tokens, cancel
+
+    def run(self, sink: Callable[[Event], None]) -> Failure | None:
+        started = False
+        try:
+            for event in self.backend.answer(self.history, self.text, max_tokens=self.max_tokens,
+                                             should_stop=self.cancel.is_set):
+                started = started or isinstance(event, ReplyStarted)
+                sink(event)
+        except Exception as exc:  # any failure, specchat's or not, is one line and the chat goes on
+            return Failure(one_line(exc), started)
+        return None
+
+
+class ChatController:
+    def __init__(self, store: Store | None, profile: str, on_problem: Problem, *, max_tokens: int) -> None:
+        self.session = ChatSession(store, profile, None, on_problem)
+        self.telemetry = LiveTelemetry()
+        self.max_tokens = max_tokens
+        self.backend: Backend | None = None
+        self.profile: Profile | None = None
+        self.facts: BackendFacts | None = None
+        self.cancel = threading.Event()
+        self.closed = False
+        self._quit_record: ReplyRecord | None = None
+        self._shown_notes: set[str] = set()
+
+    # -- profiles and backends -------------------------------------------------------------------------------------
+
+    def switch_profile(self, name: str, draft: Path | None = None) -> Switched:
+        """*Engine thread.* Load a profile (optionally with another draft model) with the least reload: parameters,
+        a draft, the target, a server restart, or another backend altogether. A failed switch keeps what there was."""
+        profile = load_profile(name)
+        config = engine_config(profile)
+        if draft is not None:
+            config = dataclasses.replace(config, draft=ModelSpec(draft, threads=config.target.threads),
+                                         spec=dataclasses.replace(config.spec, method="draft"))
+        system_prompt = self.session.system_prompt if self.profile is not None else config.system_prompt
+        config = dataclasses.replace(config, system_prompt=system_prompt)
+        before = self.backend.config if self.backend is not None else None
+        try:
+            self.backend, action = switch_backend(self.backend, config)
+        except SwitchFailed as exc:
+            self.backend = exc.backend
+            if self.backend is not None:
+                self.facts = BackendFacts.of(self.backend)
+            raise
+        keep = action in SAME_TARGET and before is not None and before.sampling == config.sampling
+        reference = None if keep else self.backend.plain_reference()
+        return Switched(profile, action, BackendFacts.of(self.backend), reference, keep)
+
+    def profile_switched(self, switched: Switched) -> list[str]:
+        """The switch's result on screen; returns the notes not shown before, one line each."""
+        first = self.profile is None
+        self.profile, self.facts = switched.profile, switched.facts
+        if first and self.session.id is None and not self.session.turns:
+            # The first profile gives a new chat its system prompt; a switch (or a chat opened) keeps the chat's.
+            self.session.system_prompt = switched.profile.system_prompt
+        self.session.set_profile(switched.profile.name)
+        if not switched.keep_reference:  # measured on another target or sampling, a reference means nothing here
+            self.telemetry.reference = switched.reference
+        self.telemetry.reset_chat()
+        self.telemetry.speculation = switched.facts.speculation
+        self.telemetry.n_max = switched.facts.n_max
+        fresh = [note for note in switched.facts.notes if note not in self._shown_notes]
+        self._shown_notes.update(fresh)
+        return fresh
+
+    def refresh_facts(self) -> None:
+        """*Engine thread.* Read the backend's facts again (after a reply: a server may have restarted)."""
+        if self.backend is not None:
+            self.facts = BackendFacts.of(self.backend)
+
+    @property
+    def method(self) -> str:
+        if self.facts is not None:
+            return self.facts.method
+        return self.profile.method if self.profile is not None else "–"
+
+    def close(self) -> None:
+        """*Engine thread.* Free the models, stop a managed server (the backend stays readable, closed)."""
+        if self.backend is not None and not self.closed:
+            self.backend.close()
+        self.closed = True
+
+    # -- an exchange -------------------------------------------------------------------------------------------------
+
+    def why_not_send(self) -> str | None:
+        return None if self.backend is not None else "no model is loaded — pick a profile (F2, /profile NAME)"
+
+    def begin(self, text: str) -> Exchange:
+        """The user's message and its empty reply join the chat; the exchange to run on the engine thread."""
+        if self.backend is None:
+            raise Refused(self.why_not_send() or "")
+        backend = self.backend
+        history = self.session.engine_messages(backend.target_id)
+        text = self.session.add_user(text).text
+        record = self.session.add_reply(backend.target_id)
+        record.conditions = conditions_of(backend.config)
+        self.cancel = threading.Event()
+        return Exchange(backend, history, text, self.max_tokens, self.cancel)
+
+    def regenerate(self) -> Exchange:
+        """The last question again, in place of its reply."""
+        exchange = self.session.last_exchange()
+        if exchange is None:
+            raise Refused("nothing to answer again yet — ask something first")
+        index, text = exchange
+        self.session.drop_from(index)
+        return self.begin(text)
+
+    def absorb(self, events: list[Event]) -> ReplyFinished | None:
+        """Events the engine thread produced, into the telemetry and the reply's record (saved as it changes)."""
+        self.telemetry.consume(events)
+        record = self.session.last_reply
+        if record is None or not record.streaming:
+            return None
+        record.add(events)
+        finished = next((e for e in events if isinstance(e, ReplyFinished)), None)
+        if finished is not None and record.stats is not None:
+            record.stats["peak_rss"] = peak_rss_bytes(self.facts.pid if self.facts else None)
+        self.session.reply_changed(record)
+        return finished
+
+    def failed(self, failure: Failure) -> str | None:
+        """A reply that stopped with an error. Refused before it began (e.g. larger than the context), the exchange
+        leaves no trace and its text is returned, to go back into the prompt; else the partial reply stays, marked."""
+        record = self.session.last_reply
+        exchange = self.session.last_exchange()
+        if not failure.started and record is not None and exchange is not None:
+            self.session.drop_from(exchange[0])
+            return exchange[1]
+        if record is not None and record.streaming:
+            record.finish_reason = "error"
+            self.session.changed(record)
+        return None
+
+    def cancel_reply(self) -> None:
+        self.cancel.set()
+
+    # -- A/B --------------------------------------------------------------------------------------------------------
+
+    def compare(self) -> Comparison:
+        """The last reply against the same prompt without speculation (``run`` it on the engine thread)."""
+        if self.backend is None:
+            raise Refused(self.why_not_send() or "")
+        record = self.session.last_reply
+        exchange = self.session.last_exchange()
+        why = refusal(record, self.backend.config, self.backend.target_id)
+        if why is not None or record is None or exchange is None:
+            raise Refused(why or "A/B needs a reply to compare — ask something first")
+        index, text = exchange
+        self.cancel = threading.Event()
+        return Comparison(self.backend, record, self.session.engine_messages(self.backend.target_id, upto=index),
+                          text, self.max_tokens, self.cancel)
+
+    def compared(self, result: ABResult) -> None:
+        """A finished A/B: its plain arm is the reference for this prompt, at its depth and with its sampling."""
+        if result.plain_reference is not None:
+            slope = self.telemetry.reference.per_token_s if self.telemetry.reference is not None else None
+            self.telemetry.reference = result.plain_reference(slope)
+
+    # -- the chat ---------------------------------------------------------------------------------------------------
+
+    def new_chat(self) -> None:
+        self.session.new(self.profile.system_prompt if self.profile is not None else None)
+        self.telemetry.reset_chat()
+
+    def open_chat(self, chat_id: int) -> None:
+        self.session.open(chat_id)
+        self.telemetry.reset_chat()
+
+    def set_system_prompt(self, text: str | None) -> None:
+        self.session.set_system_prompt(text.strip() or None if text is not None else None)
+
+    def export(self, directory: Path, chat_id: int | None = None) -> list[Path]:
+        """This chat (or a stored one) as Markdown and JSON in ``directory``."""
+        if chat_id is None:
+            if not self.session.turns:
+                raise Refused("nothing to export yet")
+            return export(self.session, directory)
+        other = ChatSession(self.session.store, self.session.profile, None, self.session.on_problem)
+        other.open(chat_id)
+        return export(other, directory)
+
+    def quitting(self) -> None:
+        """The front end is closing: a reply in progress stops at its next step (a prefill, mid-batch)."""
+        record = self.session.last_reply
+        self._quit_record = record if record is not None and record.streaming else None
+        self.cancel.set()
+
+    def interrupt(self, late_events: list[Event]) -> None:
+        """The front end is closing, after the engine thread finished what it was doing: the events it produced
+        meanwhile join the reply, which is kept, marked interrupted (it stopped because the front end closed)."""
+        if late_events:
+            self.absorb(late_events)
+        record = self._quit_record
+        if record is not None and not record.streaming:
+            record.finish_reason = INTERRUPTED
+            self.session.changed(record)
+        self.session.interrupt()
+
+    @property
+    def last_record(self) -> ReplyRecord | None:
+        return self.session.last_reply
