@@ -85,7 +85,7 @@ async def test_reply_streams_in_colour_with_live_telemetry(settings):
         assert "green" in styles and "#ffaf00" in styles
 
 
-async def test_escape_cancels_and_keeps_the_partial_reply(settings):
+async def test_escape_cancels_and_keeps_the_partial_reply(settings, make_engine):
     settings.max_tokens = 400
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
@@ -100,6 +100,7 @@ async def test_escape_cancels_and_keeps_the_partial_reply(settings):
         assert stored[-1].finish_reason == "cancelled" and stored[-1].content == view.text
         follow = await ask(pilot, "Shorter, please.")  # the chat goes on from the kept partial reply
         assert follow.finish_reason in ("stop", "length")
+        assert follow.tokens == plain_reply(make_engine, app, "Shorter, please.")
 
 
 async def test_opening_and_closing_the_profile_picker_keeps_no_widgets_alive(settings):
@@ -155,7 +156,20 @@ async def test_the_profile_picker_closed_before_its_draft_search_ends(settings, 
         assert (await ask(pilot, "Name a colour.")).finish_reason
 
 
-async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_path):
+def plain_reply(make_engine, app: SpecchatApp, text: str) -> list[int]:
+    """In-process plain decoding's reply to ``text`` after the app's chat so far (the last exchange left out when it
+    is ``text``'s): what a greedy reply of the app must equal, token for token."""
+    turns = app.conversation.turns
+    if len(turns) >= 2 and turns[-2].text == text:
+        turns = turns[:-2]
+    from specchat.chats.session import engine_messages
+
+    engine = make_engine("none", system_prompt=app.conversation.system_prompt)
+    engine.restore(engine_messages(turns, app.conversation.system_prompt, app.target_id))
+    return [e.token for e in engine.reply(text, max_tokens=app.settings.max_tokens) if isinstance(e, TokenEmitted)]
+
+
+async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_path, make_engine):
     shelf = tmp_path / "shelf"
     shelf.mkdir()
     shutil.copy(draft_path, shelf / "another-draft.gguf")
@@ -175,11 +189,13 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
         assert app.backend.engine.config.spec.method == "ngram" and app.backend.engine.target is target
         assert app.backend.engine.ctx.cached[: len(cache)] == cache  # the target kept its KV cache
         second = await ask(pilot, "And another one?")
-        assert second.finish_reason
+        assert second.tokens == plain_reply(make_engine, app, "And another one?")
 
         # A draft model from the picker's draft list: only the draft loads.
         await pilot.press("f2")
         drafts = app.screen.query_one("#draft-list")
+        await wait_until(pilot, lambda: any("another-draft" in str(drafts.get_option_at_index(i).id)
+                                            for i in range(drafts.option_count)))  # the search runs in a thread
         index = next(i for i in range(drafts.option_count) if "another-draft" in str(drafts.get_option_at_index(i).id))
         drafts.focus()
         drafts.highlighted = index
@@ -193,7 +209,7 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
         await wait_until(pilot, lambda: app.busy is None)
         assert app.backend.engine.target is target and app.profile.name == "ngram"
         assert any("not found" in str(n.message) for n in app._notifications)
-        assert (await ask(pilot, "Still working?")).finish_reason
+        assert (await ask(pilot, "Still working?")).tokens == plain_reply(make_engine, app, "Still working?")
 
 
 async def test_restart_finds_the_chat_with_its_colours_and_exports(settings):
@@ -571,6 +587,7 @@ async def test_ab_compare_works_without_a_database_and_from_the_same_cache_state
         assert spec["method"] == "draft" and spec["drafted"] > 0
         # Both arms decoded the same prompt tokens: the plain run did not find the prompt already cached.
         assert plain["prefill_tokens"] == spec["prefill_tokens"] > 5
+        assert app.screen.result.identical is True and plain["generated"] == spec["generated"]
 
 
 async def test_sampled_ab_differences_are_not_flagged_as_a_failure(settings, tmp_path):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from backend_kinds import Servers, write_profile
 from conftest import THREADS, Run
 from gguf_fixtures import write_variant
 from specchat.backends import open_backend
@@ -19,7 +18,7 @@ from specchat.chats.session import ChatSession
 from specchat.chats.store import Store, StoredMessage
 from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig
 from specchat.engine.config import BackendSpec
-from specchat.engine.events import ReplyFinished, SpeculationChanged, TokenEmitted
+from specchat.engine.events import SpeculationChanged, TokenEmitted
 from specchat.engine.sampling import SamplingParams
 from specchat.telemetry.live import LiveTelemetry
 
@@ -139,7 +138,6 @@ def test_a_reply_cancelled_after_its_first_step_has_no_rate_and_no_speedup(make_
     live.reference = PlainReference.measured(100.0, 0, 0.0, False, "test")
     live.consume(run.events)
     assert live.reply_rate() is None and live.speedup() is None
-    from specchat.app.widgets.sidebar import Sidebar  # noqa: F401 — what the sidebar prints is "–" for both
     from specchat.repl.render import figures
 
     line = figures(live, "tiny", "draft", "RSS –")
@@ -344,3 +342,25 @@ def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, us
     repl, _, text = run_repl(settings, keys, during=interrupt_the_ab)
     assert interrupted and "A/B cancelled" in text
     assert repl.session.last_reply is not None and len(repl.session.turns) == 4  # "Say yes." was answered after it
+
+
+# -- 5. "vs plain" like for like ----------------------------------------------------------------------------------
+
+
+def test_vs_plain_is_plain_decoding_at_the_replys_depth_with_its_sampling(make_engine):
+    """The reference was a 32-token greedy run at an empty cache while the reply decoded hundreds of tokens deep (the
+    seeds' control prompt: 0.35× on screen, 0.63× measured), and a sampled reply paid for sampling alone (method none
+    at T = 0.8 read 0.92× of itself). benchmarks/plain_reference.py measures how close the model comes."""
+    sampled = make_engine("none", sampling=SamplingParams(temperature=0.8, seed=3))
+    reference = sampled.plain_reference()
+    assert reference is not None and reference.sampled and reference.per_token_s is not None
+    assert reference.tps_at(1000) <= reference.tps_at(0)  # plain decoding slows (or holds) with depth
+    run = Run(list(sampled.reply(long_prompt(250), max_tokens=24)))
+    live = LiveTelemetry()
+    live.reference = reference
+    live.consume(run.events)
+    depth = run.started.prompt_tokens + len(run.tokens) / 2
+    assert live.depth == depth and live.plain_tps == reference.tps_at(depth)
+    assert f"{depth:.0f} tokens deep, sampled" in live.plain_source
+    greedy = make_engine("none").plain_reference()
+    assert not greedy.sampled and "greedy" in greedy.describe(100)

@@ -86,8 +86,12 @@ def test_multibyte_replies_are_whole_with_every_token_id(kind, profile, plain):
                 after = backend.spec_counters()
                 accepted = after["accepted_tokens"] - before["accepted_tokens"]
                 drafted = after["draft_tokens"] - before["draft_tokens"]
-                assert sum(k == "accepted" for _, k in record.segments) == accepted == record.stats["accepted"]
-                assert record.stats["drafted"] == drafted == record.stats["accepted"] + record.stats["rejected"]
+                shown = sum(k == "accepted" for _, k in record.segments)
+                assert record.stats["drafted"] == record.stats["accepted"] + record.stats["rejected"]
+                if record.finish_reason == "stop":
+                    assert shown == accepted == record.stats["accepted"] and record.stats["drafted"] == drafted
+                else:  # at the limit the server judged up to three tokens beyond it, which the reply does not show
+                    assert shown <= record.stats["accepted"] <= accepted and record.stats["drafted"] <= drafted
         assert all("\ufffd" not in reply for _, reply in expected)
         if kind != "remote-openai":
             assert split_characters >= 10  # the prompts did make characters that span tokens

@@ -179,6 +179,7 @@ def test_switching_between_every_pair_of_backend_kinds_in_the_repl(tmp_path, use
         for step, kind in enumerate(walk):
             if step:
                 run_command(shell, f"/profile {profiles[kind]}")
+                assert out.getvalue().rstrip().endswith(f"· {shell.backend.where}")  # the REPL says where it runs
             assert where_says(kind, shell.backend.where, servers), (kind, shell.backend.where)
             managed = llama_servers_running() - before - servers.pids()
             assert len(managed) == (kind == "managed"), (kind, managed)

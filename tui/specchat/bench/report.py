@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..figures import DASH, num
 from .runners import BASELINE, RunResult
 
 
@@ -119,24 +120,18 @@ def goals(report: dict[str, Any]) -> str:
     return "speed-up against specchat's plain decoding, paired per repetition:\n  " + "\n  ".join(lines)
 
 
-def _fmt(value: float | None, pattern: str, scale: float = 1.0) -> str:
-    if value is None:
-        return "-"
-    return format(value * scale if scale != 1.0 else value, pattern)
-
-
 def table(report: dict[str, Any]) -> str:
     header = ["task", "runner", "TTFT ms", "total s", "decode tok/s (min–max)", "speed-up", "drafted", "accepted",
               "accept %", "mean len", "peak RSS MB", "VRAM MB", "same output"]
     rows = [header]
     for r in report["summary"]:
-        same = {True: "yes", False: "CHANGED", None: "-"}[r["same_output"]]
-        rng = f" ({_fmt(r['decode_tps_min'], '.0f')}–{_fmt(r['decode_tps_max'], '.0f')})" if r["repetitions"] > 1 else ""
+        same = {True: "yes", False: "CHANGED", None: DASH}[r["same_output"]]
+        rng = f" ({num(r['decode_tps_min'], '.0f')}–{num(r['decode_tps_max'], '.0f')})" if r["repetitions"] > 1 else ""
         rows.append([
-            r["task"], r["runner"], _fmt(r["ttft_median"], ".0f", 1000), _fmt(r["total_median"], ".2f"),
-            _fmt(r["decode_tps_median"], ".1f") + rng, _fmt(r["speedup"], ".2f") + ("×" if r["speedup"] else ""),
-            _fmt(r["drafted"], "d"), _fmt(r["accepted"], "d"), _fmt(r["acceptance_rate"], ".0f", 100),
-            _fmt(r["mean_acceptance_length"], ".2f"), _fmt(r["peak_rss_max"], ".0f", 1e-6), _fmt(r["vram_max"], ".0f", 1e-6),
+            r["task"], r["runner"], num(r["ttft_median"], ".0f", 1000), num(r["total_median"], ".2f"),
+            num(r["decode_tps_median"], ".1f") + rng, num(r["speedup"], ".2f") + ("×" if r["speedup"] else ""),
+            num(r["drafted"], "d"), num(r["accepted"], "d"), num(r["acceptance_rate"], ".0f", 100),
+            num(r["mean_acceptance_length"], ".2f"), num(r["peak_rss_max"], ".0f", 1e-6), num(r["vram_max"], ".0f", 1e-6),
             same,
         ])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

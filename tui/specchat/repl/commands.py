@@ -44,7 +44,9 @@ def _profile(repl: Repl, name: str) -> None:
     if not name:
         repl.say(f"profile {repl.profile.name if repl.profile else '–'} — /profile NAME switches (Tab completes)")
         return
-    repl.say(f"profile {name}: {repl.load(name)}", "class:dim")
+    action = repl.load(name)
+    facts = repl.controller.facts
+    repl.say(f"profile {name}: {action}" + (f" · {facts.where}" if facts else ""), "class:dim")
 
 
 def _ghosts(repl: Repl, _arg: str) -> None:

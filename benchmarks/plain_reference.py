@@ -1,0 +1,82 @@
+"""How true is "vs plain"? The sidebar's reference (modelled at the reply's depth, with its sampling) against plain
+decoding of the same prompt measured by A/B right after, on the same engine.
+
+The seeds' control prompt, answered at length (600–1,000 tokens deep, where plain decoding is slower than at an empty
+cache), on the default profile (greedy, draft), and on `baseline` at T = 0.8 (plain against itself: it should read
+1.00×). For each, alternating repetitions: the sidebar's plain tok/s and speed-up, A/B's measured plain tok/s and
+speed-up, and what the old reference (a 32-token greedy run at an empty cache) would have said.
+
+    python benchmarks/plain_reference.py [--repeat 3] [--max-tokens 800]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from specchat.chats.controller import ChatController
+from specchat.engine.events import Event
+
+CONTROL = "Explica cómo funciona la decodificación especulativa en tres párrafos y añade un ejemplo práctico"
+SAMPLED = """[target]
+model = "embedded:target"
+[draft]
+method = "none"
+[sampling]
+temperature = 0.8
+seed = 3
+"""
+
+
+def run(profile: str, max_tokens: int) -> dict[str, float]:
+    controller = ChatController(None, profile, lambda *_: None, max_tokens=max_tokens)
+    try:
+        switched = controller.switch_profile(profile)
+        controller.profile_switched(switched)
+        reference = switched.reference
+        exchange = controller.begin(CONTROL)
+        events: list[Event] = []
+        assert exchange.run(events.append) is None
+        controller.absorb(events)
+        t = controller.telemetry
+        row = {"tokens": t.reply_tokens, "depth": t.depth, "sidebar_plain": t.plain_tps, "sidebar_speedup": t.speedup(),
+               "old_plain": reference.tps_at(reference.depth) if reference else None}
+        result = controller.compare().run()
+        row["ab_plain"] = result.plain["decode_tps"]
+        row["ab_speedup"] = result.speedup
+        row["old_speedup"] = t.reply_rate() / row["old_plain"] if row["old_plain"] else None
+        return row
+    finally:
+        controller.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=800)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        sampled = Path(folder) / "baseline-sampled.toml"
+        sampled.write_text(SAMPLED)
+        cases = {"tiny (draft, greedy)": "tiny", "plain at T=0.8": str(sampled)}
+        rows: dict[str, list[dict]] = {name: [] for name in cases}
+        for rep in range(args.repeat):
+            for name, profile in cases.items():  # alternated
+                rows[name].append(run(profile, args.max_tokens))
+                r = rows[name][-1]
+                print(f"[{rep + 1}/{args.repeat}] {name}: {r['tokens']} tokens, mean depth {r['depth']:.0f}; plain"
+                      f" sidebar {r['sidebar_plain']:.1f} / A/B {r['ab_plain']:.1f} / old {r['old_plain']:.1f} tok/s;"
+                      f" speed-up sidebar {r['sidebar_speedup']:.2f}× / A/B {r['ab_speedup']:.2f}×"
+                      f" / old {r['old_speedup']:.2f}×", flush=True)
+    print("\nmedians")
+    for name, rs in rows.items():
+        def med(key: str) -> float:
+            return statistics.median(r[key] for r in rs)
+        print(f"{name:22} sidebar plain / A/B plain {med('sidebar_plain') / med('ab_plain'):.3f}  speed-up sidebar"
+              f" {med('sidebar_speedup'):.2f}×  A/B {med('ab_speedup'):.2f}×  old reference {med('old_speedup'):.2f}×")
+
+
+if __name__ == "__main__":
+    main()
