@@ -38,6 +38,7 @@ SPEC_TYPE_OF_METHOD = {"none": "none", "draft": "draft-simple", "ngram": "ngram-
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
 SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
 PLAIN_RATE_TOKENS = 32
+BATCH = 512
 
 
 def spec_type(config: EngineConfig) -> str:
@@ -52,7 +53,10 @@ def server_args(config: EngineConfig) -> list[str]:
     target, spec, kind = config.target, config.spec, spec_type(config)
     args = ["-m", str(target.path), "-c", str(config.n_ctx), "-t", str(target.threads), "-tb", str(target.threads),
             "-ngl", str(target.n_gpu_layers), "-ctk", config.kv_cache, "-ctv", config.kv_cache, "-np", "1", "--metrics",
-            "--no-webui", "--spec-type", kind]
+            "--no-webui", "--spec-type", kind,
+            # The in-process engine's batches (512 tokens); and a request dropped mid-prompt (Esc) stops within one
+            # of them, where llama-server's default of 2048 kept the server busy with the rest of the prompt.
+            "-b", str(BATCH), "-ub", str(BATCH)]
     if kind in DRAFT_MODEL_TYPES:
         if config.draft is None:
             raise ConfigError(f"spec type {kind} needs a draft model — set [draft] model in the profile")
