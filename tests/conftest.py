@@ -151,3 +151,23 @@ def llama_server() -> Path:
         if (built / "llama-server").is_file():
             return built / "llama-server"
         return build(out=built, progress=lambda _line: None) / "llama-server"
+
+
+@pytest.fixture(scope="module")
+def servers(llama_server, target_path, draft_path):
+    """llama-servers already running for a test module (the remote backends of the conformance suite)."""
+    from backend_kinds import Servers
+
+    running = Servers(llama_server, target_path, draft_path)
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def plain(target_path, draft_path):
+    """In-process plain decoding, what every greedy reply must equal (backend_kinds.PlainDecoding)."""
+    from backend_kinds import PlainDecoding
+
+    reference = PlainDecoding(target_path, draft_path)
+    yield reference
+    reference.close()

@@ -165,7 +165,7 @@ def plain_reply(make_engine, app: SpecchatApp, text: str) -> list[int]:
     from specchat.chats.session import engine_messages
 
     engine = make_engine("none", system_prompt=app.conversation.system_prompt)
-    engine.restore(engine_messages(turns, app.conversation.system_prompt, app.target_id))
+    engine.restore(engine_messages(turns, app.conversation.system_prompt, app.backend.target_id))
     return [e.token for e in engine.reply(text, max_tokens=app.settings.max_tokens) if isinstance(e, TokenEmitted)]
 
 
@@ -516,6 +516,10 @@ async def test_quitting_while_a_reply_streams_saves_the_partial_reply(settings):
     assert not app.engine_thread.is_alive() and app.backend.engine.ctx.ptr is None
     stored = Store(settings.db_path).messages(chat)
     assert [m.role for m in stored] == ["user", "assistant"]
+    # Every token the engine produced is saved, those of the step that ended after Ctrl+Q too (they stayed in memory
+    # only when quitting marked the reply saved before the engine had finished its step).
+    kept = app.backend.engine.messages[-1]
+    assert (stored[-1].content, stored[-1].tokens) == (kept.content, kept.tokens)
     assert stored[-1].finish_reason == "interrupted" and len(stored[-1].segments) >= 8
     assert stored[-1].content == "".join(text for text, _ in stored[-1].segments)
     async with make_app(settings).run_test(size=SIZE) as pilot:  # reopened: the partial reply, marked

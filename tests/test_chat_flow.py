@@ -251,28 +251,6 @@ def test_a_server_restart_never_runs_two_servers_and_ab_shows_the_servers_memory
         backend.close()
 
 
-# -- 7 and 9. quitting mid-reply ---------------------------------------------------------------------------------
-
-
-async def test_quitting_mid_reply_saves_every_token_the_engine_produced(settings):
-    """Quitting marked the reply saved while the engine still finished its step: those tokens and the final mark
-    stayed in memory only."""
-    from test_app import SIZE, ready, start_long_reply
-
-    from specchat.app.chat_app import make_app
-
-    settings.max_tokens = 400
-    async with make_app(settings).run_test(size=SIZE) as pilot:
-        app = await ready(pilot)
-        await start_long_reply(pilot)
-        chat = app.conversation.id
-        await pilot.press("ctrl+q")
-    kept = app.backend.engine.messages[-1]
-    stored = Store(settings.db_path).messages(chat)[-1]
-    assert stored.finish_reason == "interrupted"
-    assert stored.content == kept.content and stored.tokens == kept.tokens
-
-
 # -- 4. A/B compares like with like --------------------------------------------------------------------------------
 
 

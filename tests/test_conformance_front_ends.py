@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -16,31 +15,17 @@ from backend_kinds import (
     KINDS,
     MULTIBYTE,
     TURNS,
-    PlainDecoding,
     Servers,
     alive,
     llama_servers_running,
     write_profile,
 )
 from specchat.app.chat_app import make_app
+from test_app import SIZE, wait_until
+from test_app import ask as ask_in_app
 from specchat.chats.store import Store
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
-SIZE = (140, 45)
-
-
-@pytest.fixture(scope="module")
-def servers(llama_server, target_path, draft_path):
-    running = Servers(llama_server, target_path, draft_path)
-    yield running
-    running.close()
-
-
-@pytest.fixture(scope="module")
-def plain(target_path, draft_path):
-    reference = PlainDecoding(target_path, draft_path)
-    yield reference
-    reference.close()
 
 
 def stored_replies(db) -> list[list]:
@@ -89,21 +74,10 @@ def test_multibyte_replies_are_whole_in_the_repl(kind, tmp_path, user_cache, lla
         assert text in result.stdout
 
 
-async def wait_until(pilot, condition, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the app")
-        await pilot.pause(0.05)
-
-
 async def ask(pilot, text: str):
-    app = pilot.app
-    app.query_one("PromptInput").load_text(text)
-    await pilot.press("enter")
-    await wait_until(pilot, lambda: app.busy is None and app.conversation.last_reply is not None
-                     and not app.conversation.last_reply.streaming)
-    return app.conversation.last_reply
+    """One question through the app's prompt; the reply's record once it is done."""
+    await ask_in_app(pilot, text)
+    return pilot.app.conversation.last_reply
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -10,7 +10,6 @@ documented behaviour, and it is checked too.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -24,15 +23,19 @@ NEEDS_ABSENT_MODELS = ("qwen3-", "gemma4-", "server-none", "server-ngram-simple"
 
 
 def documented_commands() -> list[str]:
-    blocks = re.findall(r"```(?:sh|bash)?\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    commands = []
-    for block in blocks:
-        for line in block.splitlines():
-            line = line.split("  #")[0].strip()  # a comment after the command
-            for part in line.split("&&"):
-                part = part.strip()
-                if part.startswith("specchat ") or part == "specchat":
-                    commands.append(part)
+    """The ``specchat`` commands of the README's shell blocks (fences opened with ```sh, ```bash or ``` alone)."""
+    commands, fence = [], None
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip()
+            continue
+        if fence not in ("sh", "bash", ""):
+            continue
+        line = line.split("  #")[0].strip()  # a comment after the command
+        for part in line.split("&&"):
+            part = part.strip()
+            if part.startswith("specchat ") or part == "specchat":
+                commands.append(part)
     return commands
 
 

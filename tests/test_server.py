@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from backend_kinds import llama_servers_running
 from conftest import THREADS
 from specchat.backends import open_backend
 from specchat.backends.provenance import StepTracker
@@ -121,22 +122,10 @@ def test_a_managed_server_stops_with_its_backend_and_with_specchat(target_path, 
     backend.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    before = _servers()
+    before = llama_servers_running()
     result = cli("ask", "--profile", "server-tiny", "--max-tokens", "8", "Hi", env={ENV: str(llama_server)})
     assert result.returncode == 0, result.stderr
-    assert _servers() == before  # the server it started is gone
-
-
-def _servers() -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "cmdline").read_bytes().split(b"\0")[0].endswith(b"llama-server"):
-                    found.add(int(entry.name))
-            except OSError:
-                pass
-    return found
+    assert llama_servers_running() == before  # the server it started is gone
 
 
 def test_a_server_killed_mid_reply_keeps_the_partial_reply_and_restarts(server_backend):
@@ -166,7 +155,7 @@ def test_a_server_that_stopped_answering_is_replaced_before_the_next_message(ser
     finally:
         with contextlib.suppress(ProcessLookupError):  # the restart has killed it
             os.kill(hung, signal.SIGCONT)
-    assert hung not in _servers()
+    assert hung not in llama_servers_running()
 
 
 def test_an_openai_compatible_server_streams_uncoloured_tokens_with_counts_from_its_metrics(server_backend):

@@ -76,7 +76,8 @@ def test_each_step_emits_accepted_then_rejected_then_correction_then_verified(ma
 
 def test_ngram_steps_follow_the_same_order(make_engine):
     engine = make_engine("ngram", n_max=6)
-    reply = run(engine, "Repeat this exactly, twice: alpha beta gamma delta epsilon zeta.", max_tokens=64)
+    reply = run(engine, "Repeat the following sentence three times: The quick brown fox jumps over the lazy dog.",
+                max_tokens=64)
     check_step_order(reply)
     stats = reply.finished.stats
     assert stats.drafted > 0 and stats.accepted > 0 and reply.rejected  # the order was checked on real drafts

@@ -33,6 +33,15 @@ class BackendError(SpecchatError):
     """A model server cannot be started, reached or understood."""
 
 
+class SwitchFailed(SpecchatError):
+    """A switch failed and the previous backend could not stay: ``backend`` is the one open now (the previous one
+    opened again), or None when none could be."""
+
+    def __init__(self, message: str, backend: object | None) -> None:
+        super().__init__(message)
+        self.backend = backend
+
+
 def one_line(exc: BaseException) -> str:
     """What a front end shows for any exception: specchat's own errors as they are, others named, on one line."""
     text = str(exc) if isinstance(exc, SpecchatError) else f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -21,15 +21,13 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from ..backends import Backend
 from ..chats.ab import ABResult
-from ..chats.controller import ChatController, Exchange, Failure, Switched
+from ..chats.controller import ChatController, ControllerViews, Exchange, Failure, Switched
 from ..chats.records import ReplyRecord, UserTurn
 from ..chats.session import ChatSession
 from ..chats.store import Store, StoreError, open_store
 from ..errors import SpecchatError, one_line
 from ..profiles import Profile, load_profile
-from ..telemetry.live import LiveTelemetry
 from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
 from .keymap import APP_BINDINGS, load_keymap
 from .terminal_input import tolerate_invalid_utf8
@@ -55,7 +53,7 @@ class Activity(Enum):
 EXIT_WAIT_S = 60.0  # every long operation stops when cancelled; this only bounds a backend that hangs outright
 
 
-class SpecchatApp(App):
+class SpecchatApp(ControllerViews, App):
     CSS_PATH = "specchat.tcss"
     BINDINGS = APP_BINDINGS
     TITLE = "specchat"
@@ -111,23 +109,9 @@ class SpecchatApp(App):
         self.engine_thread = EngineThread(lambda error: self.post_message(self.EngineFailed(error)))
         self._inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
 
-    # -- what the controller holds -------------------------------------------------------------------------------
-
     @property
     def conversation(self) -> ChatSession:
         return self.controller.session
-
-    @property
-    def telemetry(self) -> LiveTelemetry:
-        return self.controller.telemetry
-
-    @property
-    def backend(self) -> Backend | None:
-        return self.controller.backend
-
-    @property
-    def profile(self) -> Profile | None:
-        return self.controller.profile
 
     # -- layout ------------------------------------------------------------------------------------------------------
 
@@ -270,8 +254,10 @@ class SpecchatApp(App):
     # -- loading -------------------------------------------------------------------------------------------------------
 
     def start_load(self, name: str, draft: Path | None = None) -> None:
-        if self.busy in (Activity.GENERATING, Activity.COMPARING):
-            self.notify("wait for the reply to finish (or press Esc) before switching profiles", severity="warning")
+        if self.busy is not None:  # one job at a time: a message sent between two loads would meet the wrong backend
+            why = "a profile is still loading" if self.busy is Activity.LOADING else \
+                "wait for the reply to finish (or press Esc)"
+            self.notify(f"{why} before switching profiles", severity="warning")
             return
         controller = self.controller
 
@@ -491,11 +477,17 @@ class SpecchatApp(App):
             self.notify(str(exc), severity="warning")
             return
 
+        controller = self.controller
+
         def job() -> None:
             try:
-                self.post_message(self.ABFinished(comparison.run()))
+                result = comparison.run()
             except SpecchatError as exc:  # e.g. a remote server, whose speculation cannot be switched off from here
+                controller.refresh_facts()
                 self.post_message(self.ABFinished(None, str(exc)))
+                return
+            controller.refresh_facts()  # a managed server was restarted twice: another pid, another port
+            self.post_message(self.ABFinished(result))
 
         self._run(Activity.COMPARING, "A/B: rerunning without speculation… (Esc stops it)", job)
 

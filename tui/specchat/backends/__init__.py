@@ -14,7 +14,7 @@ from ..engine.config import EngineConfig
 from ..engine.conversation import Message
 from ..engine.events import Event, SpeculationState
 from ..engine.reference import PlainReference
-from ..errors import SpecchatError
+from ..errors import SpecchatError, SwitchFailed
 
 
 class Backend(Protocol):
@@ -105,11 +105,3 @@ def switch_backend(current: Backend | None, config: EngineConfig) -> tuple[Backe
             raise SwitchFailed(f"{exc} — and the previous profile could not be opened again: {again}", None) from None
         raise SwitchFailed(f"{exc} — the previous profile was opened again", restored) from None
 
-
-class SwitchFailed(SpecchatError):
-    """A switch to another kind of backend failed; ``backend`` is the previous one opened again (None: it could not
-    be)."""
-
-    def __init__(self, message: str, backend: Backend | None) -> None:
-        super().__init__(message)
-        self.backend = backend

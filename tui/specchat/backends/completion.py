@@ -50,6 +50,7 @@ class Request:
 class _Reply:
     stats: ReplyStats
     started: float
+    prompt_tokens: int = 0  # as the server counted them, when the prompt went as text
     tokens: list[int] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
     ids_known: bool = True  # every token's id was sent or recovered
@@ -80,20 +81,22 @@ class CompletionStream:
                 timings = chunk.get("timings") or {}
                 if not announced:
                     announced = True
-                    yield self._started(request, reply.stats, timings)
+                    yield self._started(request, reply, timings)
                 content = chunk.get("content", "")
                 ids = chunk_tokens(self.index, content, chunk.get("tokens") or [], timings.get("predicted_n"), seen)
                 seen += len(ids)
+                unknown = None in ids  # then the chunk's own text is shown, not its last token's piece alone
                 for i, token in enumerate(ids):
                     kind, step, closed = tracker.token(timings.get("draft_n"), timings.get("draft_n_accepted"))
                     yield from self._closed(closed, reply, request)
-                    event = self._token(reply, token, content, i == len(ids) - 1, kind, step)
+                    event = self._token(reply, token, content, i == len(ids) - 1, unknown, kind, step)
                     if event is not None:
                         yield event
                         if reply.stats.generated >= request.max_tokens:
                             finish = "length"
                             break
                 if finish is not None:
+                    yield from self._closed(tracker.cut(), reply, request)
                     break
                 if chunk.get("stop"):
                     finish = FINISH.get(chunk.get("stop_type", ""), "stop")
@@ -108,7 +111,7 @@ class CompletionStream:
                 finish = "cancelled"
             yield from self._closed(tracker.close(), reply, request)
             if not announced:  # stopped before the server said anything (Esc during its prefill)
-                yield self._started(request, reply.stats, {})
+                yield self._started(request, reply, {})
         except BaseException:
             finish = "error" if finish is None else finish
             raise
@@ -118,20 +121,22 @@ class CompletionStream:
         yield ReplyFinished(text, finish or "stop", reply.stats)
 
     @staticmethod
-    def _started(request: Request, stats: ReplyStats, timings: dict[str, Any]) -> ReplyStarted:
+    def _started(request: Request, reply: _Reply, timings: dict[str, Any]) -> ReplyStarted:
+        stats = reply.stats
         stats.prefill_tokens = int(timings.get("prompt_n", 0))
         stats.t_prefill = float(timings.get("prompt_ms", 0)) / 1000
         cached = int(timings.get("cache_n", 0))
         prompt = len(request.prompt) if isinstance(request.prompt, list) else cached + stats.prefill_tokens
+        reply.prompt_tokens = stats.prompt_tokens = prompt
         return ReplyStarted(prompt, cached, stats.prefill_tokens, request.n_ctx, request.state)
 
-    def _token(self, reply: _Reply, token: int | None, content: str, last: bool, kind: TokenKind,
+    def _token(self, reply: _Reply, token: int | None, content: str, last: bool, unknown: bool, kind: TokenKind,
                step: int) -> TokenEmitted | None:
         """Every token counts in its step, the end of generation too; like the engine's, that one is not shown."""
         vocab = self.vocab
-        if vocab is not None and token is not None:
-            if vocab.is_eog(token):
-                return None
+        if vocab is not None and token is not None and vocab.is_eog(token):
+            return None
+        if vocab is not None and not unknown:
             text = reply.decoder.decode(vocab.piece(token))
         elif last:
             if not content and vocab is None:
@@ -152,10 +157,10 @@ class CompletionStream:
 
     @staticmethod
     def _closed(steps: list[StepVerified], reply: _Reply, request: Request) -> Iterator[StepVerified]:
-        context = len(request.prompt) + len(reply.tokens) if isinstance(request.prompt, list) else 0
+        context = reply.prompt_tokens + len(reply.tokens)
         for step in steps:
             reply.stats.record_step(step.drafted, step.accepted)
-            yield dataclasses.replace(step, context_used=context)
+            yield dataclasses.replace(step, n_max=request.n_max, context_used=context)
 
     def _end(self, reply: _Reply, finish: str | None) -> str:
         text = "".join(reply.pieces) + reply.decoder.decode(b"", final=True)
@@ -164,6 +169,6 @@ class CompletionStream:
             chat.end_turn(text, reply.tokens if reply.ids_known else None, finish)
             if not reply.ids_known:  # an id could not be recovered: the conversation tokenizes the text instead
                 chat.tokens, chat.rendered = chat.rebuild(chat.messages)
-        reply.stats.context_used = len(chat.tokens) if chat is not None else 0
+        reply.stats.context_used = len(chat.tokens) if chat is not None else reply.prompt_tokens + len(reply.tokens)
         reply.stats.t_total = perf_counter() - reply.started
         return text

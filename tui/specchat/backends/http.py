@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from ..errors import BackendError
 
 TIMEOUT_S = 600.0  # a reply on a slow machine can take minutes; a dead server is noticed by the connection itself
+CONNECT_TIMEOUT_S = 10.0  # a host that drops the connection attempt is said so in seconds, not minutes
 
 
 def _request(url: str, body: dict | None, headers: dict[str, str]) -> urllib.request.Request:
@@ -98,11 +99,12 @@ class EventStream:
         self.url, self.aborted = url, False
         parts = urllib.parse.urlsplit(url)
         connection = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        self._connection = connection(parts.hostname or "", parts.port, timeout=timeout)
+        self._connection = connection(parts.hostname or "", parts.port, timeout=min(timeout, CONNECT_TIMEOUT_S))
         self._done = threading.Event()
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         try:
             self._connection.connect()
+            self._connection.sock.settimeout(timeout)
             if should_stop is not None:
                 threading.Thread(target=self._watch, args=(should_stop,), daemon=True).start()
             self._connection.request("POST", path or "/", json.dumps(body).encode(),
@@ -117,7 +119,9 @@ class EventStream:
         if self._response.status >= 400:
             error = urllib.error.HTTPError(url, self._response.status, self._response.reason, self._response.headers,
                                            self._response)
-            raise _failure(url, error, key_env)
+            failure = _failure(url, error, key_env)  # reads the body first
+            self.close()
+            raise failure
 
     def _watch(self, should_stop: Callable[[], bool]) -> None:
         while not self._done.wait(WATCH_S):

@@ -24,7 +24,7 @@ from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
 from ..engine.llama import Model, model_identity
 from ..engine.reference import PlainReference
 from ..engine.stats import rate
-from ..errors import BackendError, ConfigError, SpecchatError
+from ..errors import BackendError, ConfigError, SpecchatError, SwitchFailed
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
 from .completion import CompletionStream, Request
 from .held_tokens import PieceIndex
@@ -86,7 +86,11 @@ class LlamaServerBackend:
         self.chat: Conversation | None = None
         self.template: ChatTemplate | None = None
         self._template_choice: str | None = None
-        self._open(config)
+        try:
+            self._open(config)
+        except BaseException:
+            self.close()
+            raise
         self._running = config  # what the server process was started with
 
     def _open(self, config: EngineConfig) -> None:
@@ -108,6 +112,15 @@ class LlamaServerBackend:
             self.url = self.process.url
         else:
             self.url = (backend.url or "").rstrip("/")
+        try:
+            self._connect(config, same_vocab)
+        except BaseException:
+            self._stop_process()  # a server started for a profile that failed after all: not left running
+            raise
+
+    def _connect(self, config: EngineConfig, same_vocab: bool) -> None:
+        """The server's API, the chat template and the conversation, once the server is there."""
+        backend = config.backend
         self.api = backend.api if backend.api != "auto" else self._detect_api()
         same_template = same_vocab and self.chat is not None and self._template_choice == config.chat_template
         if not same_template:
@@ -209,7 +222,9 @@ class LlamaServerBackend:
             try:
                 self._open(previous)
             except SpecchatError as again:
-                raise BackendError(f"{exc} — and the previous server could not be started again: {again}") from None
+                self.close()
+                raise SwitchFailed(f"{exc} — and the previous server could not be started again: {again}",
+                                   None) from None
             raise
         self.config = self._running = config
         return "server restarted" if self.process is not None else "reconnected"

@@ -61,6 +61,16 @@ class StepTracker:
             closed += self.close()
         return kind, step.number, closed
 
+    def cut(self) -> list[StepVerified]:
+        """End the step in progress at the reply's limit: only what was shown of it counts — its accepted tokens
+        shown, and its draft as judged up to them (the server went on past the limit, for ids the reply needed)."""
+        step = self._step
+        if step is not None and step.left > 0 and step.drafted:
+            shown = step.accepted + 1 - step.left
+            if shown <= step.accepted:  # cut inside the accepted run: the step as far as it was shown
+                step.drafted = step.accepted = shown
+        return self.close()
+
     def close(self) -> list[StepVerified]:
         """End the step in progress (its last token came, or the reply ended before it)."""
         step, self._step = self._step, None

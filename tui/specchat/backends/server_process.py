@@ -34,7 +34,11 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="specchat-llama-server-", suffix=".log", delete=False)
         self.proc: subprocess.Popen | None = None
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.close()  # its log too
+            raise
 
     @property
     def pid(self) -> int | None:
@@ -111,6 +115,7 @@ class ServerProcess:
 
 
 @atexit.register
-def _stop_all() -> None:
+def stop_all() -> None:
+    """Stop every server started here (at exit, and before leaving without exit handlers)."""
     for server in list(_RUNNING):
         server.stop()

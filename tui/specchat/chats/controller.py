@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backends import Backend, SwitchFailed, switch_backend
+from ..backends import Backend, switch_backend
 from ..engine import ModelSpec, ReplyFinished, ReplyStarted
 from ..engine.events import Event, SpeculationState
-from ..errors import SpecchatError, one_line
+from ..errors import SpecchatError, SwitchFailed, one_line
 from ..profiles import Profile, engine_config, load_profile
 from ..telemetry.live import LiveTelemetry
 from ..telemetry.memory import peak_rss_bytes
@@ -127,7 +127,8 @@ class ChatController:
             if self.backend is not None:
                 self.facts = BackendFacts.of(self.backend)
             raise
-        keep = action in SAME_TARGET and before is not None and before.sampling == config.sampling
+        keep = action in SAME_TARGET and before is not None and (before.target, before.kv_cache, before.sampling) == \
+            (config.target, config.kv_cache, config.sampling)  # the same threads and GPU layers too
         reference = None if keep else self.backend.plain_reference()
         return Switched(profile, action, BackendFacts.of(self.backend), reference, keep)
 
@@ -187,6 +188,8 @@ class ChatController:
         exchange = self.session.last_exchange()
         if exchange is None:
             raise Refused("nothing to answer again yet — ask something first")
+        if self.backend is None:  # before anything is dropped
+            raise Refused(self.why_not_send() or "")
         index, text = exchange
         self.session.drop_from(index)
         return self.begin(text)
@@ -257,13 +260,16 @@ class ChatController:
 
     def export(self, directory: Path, chat_id: int | None = None) -> list[Path]:
         """This chat (or a stored one) as Markdown and JSON in ``directory``."""
-        if chat_id is None:
-            if not self.session.turns:
-                raise Refused("nothing to export yet")
-            return export(self.session, directory)
-        other = ChatSession(self.session.store, self.session.profile, None, self.session.on_problem)
-        other.open(chat_id)
-        return export(other, directory)
+        session = self.session
+        if chat_id is None and not session.turns:
+            raise Refused("nothing to export yet")
+        if chat_id is not None:
+            session = ChatSession(self.session.store, self.session.profile, None, self.session.on_problem)
+            session.open(chat_id)
+        try:
+            return export(session, directory)
+        except OSError as exc:
+            raise Refused(f"cannot export to {directory}: {exc.strerror or exc} — name a folder you can write to")
 
     def quitting(self) -> None:
         """The front end is closing: a reply in progress stops at its next step (a prefill, mid-batch)."""
@@ -277,11 +283,29 @@ class ChatController:
         if late_events:
             self.absorb(late_events)
         record = self._quit_record
-        if record is not None and not record.streaming:
+        if record is not None and record.finish_reason == "cancelled":  # stopped by the closing, not before it
             record.finish_reason = INTERRUPTED
             self.session.changed(record)
         self.session.interrupt()
 
+
+class ControllerViews:
+    """What a front end reads through its controller, under the names its widgets and tests use."""
+
+    controller: ChatController
+
     @property
-    def last_record(self) -> ReplyRecord | None:
-        return self.session.last_reply
+    def session(self) -> ChatSession:
+        return self.controller.session
+
+    @property
+    def telemetry(self) -> LiveTelemetry:
+        return self.controller.telemetry
+
+    @property
+    def backend(self) -> Backend | None:
+        return self.controller.backend
+
+    @property
+    def profile(self) -> Profile | None:
+        return self.controller.profile

@@ -20,5 +20,8 @@ def run(args: argparse.Namespace) -> int:
     app = make_app(Settings(profile=args.profile))
     app.run()
     if app.engine_running:  # a backend that hung: leave without the exit handlers that would free its models
+        from ..backends.server_process import stop_all
+
+        stop_all()  # a server is a child process: stopping it frees nothing the engine thread still uses
         os._exit(app.return_code or 0)
     return 0

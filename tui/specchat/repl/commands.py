@@ -62,7 +62,10 @@ def _ab(repl: Repl, _arg: str) -> None:
     comparison = repl.controller.compare()
     repl.say("A/B: the last prompt again without speculation… (Ctrl+C stops it)", "class:dim")
     with Interrupts(comparison.cancel, repl.quit_soon):
-        result = repl.on_engine(comparison.run)
+        try:
+            result = repl.on_engine(comparison.run)
+        finally:
+            repl.on_engine(repl.controller.refresh_facts)  # a managed server was restarted twice
     if result is None:
         repl.say("A/B cancelled", "class:dim")
         return

@@ -31,16 +31,12 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.output import ColorDepth, Output, create_output
 
-from ..backends import Backend
-from ..chats.controller import ChatController, Failure
+from ..chats.controller import ChatController, ControllerViews, Failure
 from ..chats.records import INTERRUPTED, ReplyRecord
-from ..chats.session import ChatSession
 from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
 from ..engine import DraftRejected, ReplyFinished, TokenEmitted
 from ..errors import SpecchatError
 from ..figures import summary_line
-from ..profiles import Profile
-from ..telemetry.live import LiveTelemetry
 from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
 from ..text import valid_text
 from . import render
@@ -64,7 +60,7 @@ class ReplSettings:
 _DONE = object()
 
 
-class Repl:
+class Repl(ControllerViews):
     def __init__(self, settings: ReplSettings, *, input: Input | None = None, output: Output | None = None,
                  text_out: TextIO | None = None, interactive: bool = True) -> None:
         from .commands import SlashCompleter
@@ -91,24 +87,6 @@ class Repl:
                                         key_bindings=self._keys(), vi_mode=settings.vi,
                                         color_depth=None if settings.color else ColorDepth.MONOCHROME,
                                         bottom_toolbar=None if settings.plain else self._toolbar)
-
-    # -- what the controller holds ----------------------------------------------------------------------------------
-
-    @property
-    def session(self) -> ChatSession:
-        return self.controller.session
-
-    @property
-    def telemetry(self) -> LiveTelemetry:
-        return self.controller.telemetry
-
-    @property
-    def backend(self) -> Backend | None:
-        return self.controller.backend
-
-    @property
-    def profile(self) -> Profile | None:
-        return self.controller.profile
 
     # -- output --------------------------------------------------------------------------------------------------
 
@@ -224,7 +202,7 @@ class Repl:
                 if text.startswith("/"):
                     run_command(self, text)
                 else:
-                    self.answer(text)
+                    self.answer_or_say_why(text)
         finally:
             self.close()
         return 0
@@ -236,7 +214,7 @@ class Repl:
         try:
             for line in lines:
                 if line.strip():
-                    self.answer(line.rstrip("\n"))
+                    self.answer_or_say_why(line.rstrip("\n"))
         finally:
             self.close()
         return 0
@@ -244,6 +222,12 @@ class Repl:
     def answer(self, text: str) -> None:
         """Ask ``text``, print the reply as it streams, then its summary."""
         self.run_exchange(self.controller.begin(text))
+
+    def answer_or_say_why(self, text: str) -> None:
+        try:
+            self.answer(text)
+        except SpecchatError as exc:  # e.g. no model loaded after a failed switch: one line, the REPL goes on
+            self._problem(str(exc), True)
 
     def run_exchange(self, exchange) -> None:
         """Run an exchange the controller began (a question, a regenerated one), printing it as it streams."""
@@ -285,10 +269,6 @@ class Repl:
             failed = next((e for e in events if isinstance(e, Failure)), failed)
             events = [e for e in events if e is not _DONE and not isinstance(e, Failure)]
             finished = self.controller.absorb(events) or finished
-            if self.quitting and not record.streaming and record.finish_reason != INTERRUPTED:
-                record.finish_reason = INTERRUPTED  # stopped because the terminal closed
-                self.session.changed(record)
-                self.session.save()
             fragments: list[tuple[str, str]] = []
             for event in events:
                 if isinstance(event, TokenEmitted):
@@ -306,8 +286,10 @@ class Repl:
             time.sleep(FRAME_S)
 
     def quit_soon(self) -> None:
-        """The terminal closed (or a second Ctrl+C): stop what runs, then leave."""
+        """The terminal closed (or a second Ctrl+C): stop what runs, then leave; a reply it stops is kept, marked
+        interrupted (``close``)."""
         self.quitting = True
+        self.controller.quitting()
 
     def close(self) -> None:
         self.controller.interrupt([])
