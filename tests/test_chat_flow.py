@@ -20,6 +20,7 @@ from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig
 from specchat.engine.config import BackendSpec
 from specchat.engine.events import SpeculationChanged, TokenEmitted
 from specchat.engine.sampling import SamplingParams
+from specchat.errors import SpecchatError
 from specchat.telemetry.live import LiveTelemetry
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -320,6 +321,69 @@ def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, us
     repl, _, text = run_repl(settings, keys, during=interrupt_the_ab)
     assert interrupted and "A/B cancelled" in text
     assert repl.session.last_reply is not None and len(repl.session.turns) == 4  # "Say yes." was answered after it
+
+    def interrupt_the_switch(repl) -> None:
+        """Ctrl+C while the engine thread loads the profile /profile asked for (the real switch runs on)."""
+        switch = repl.controller.switch_profile
+
+        def switching(name, draft=None):
+            if name == "ngram":
+                os.kill(os.getpid(), signal.SIGINT)
+                interrupted.append(name)
+                time.sleep(0.3)  # the signal reaches the REPL's thread while the switch is still running
+            return switch(name, draft)
+        repl.controller.switch_profile = switching
+
+    settings.db_path = tmp_path / "second.sqlite3"
+    repl, _, text = run_repl(settings, "/profile ngram\r", "Say yes.\r", CTRL_D, during=interrupt_the_switch)
+    assert "ngram" in interrupted and "(Ctrl+C: a profile loads to its end" in text
+    assert repl.profile.name == "ngram" and len(repl.session.turns) == 2  # switched, then "Say yes." was answered
+
+
+def test_a_message_refused_before_it_began_comes_back_to_the_repls_prompt(tmp_path, user_cache):
+    """The app put a message too long for the context back into its prompt; the REPL dropped it."""
+    from test_repl import CTRL_D, run_repl
+
+    from specchat.repl.shell import ReplSettings
+
+    small = tmp_path / "small.toml"
+    small.write_text((Path(__file__).parents[1] / "profiles" / "tiny.toml").read_text()
+                     .replace("n_ctx = 4096", "n_ctx = 128"))
+    settings = ReplSettings(str(small), db_path=tmp_path / "chats.sqlite3", max_tokens=16, color=False)
+    # Sent, refused, back in the prompt; Enter sends it again (refused again); Ctrl+C clears it; Ctrl+D quits.
+    repl, _, text = run_repl(settings, long_prompt(200) + "\r", "\r", "\x03", CTRL_D)
+    assert text.count("context holds 128") == 2, text
+    assert not repl.session.turns and repl.unsent == ""
+
+
+# -- 3 and 8. a failed switch: what the screen names is what runs -------------------------------------------------
+
+
+def test_a_server_that_fails_to_restart_gives_way_to_the_old_one_and_the_facts_follow(tmp_path, user_cache,
+                                                                                    llama_server, servers):
+    """The old server was started again on another pid and port, but the sidebar's backend line and the memory
+    sampled kept the dead one's (the error was not a SwitchFailed, so the controller never read the facts again)."""
+    from backend_kinds import alive, controller_for, llama_servers_running, write_profile
+
+    good = write_profile(tmp_path, "managed", binary=llama_server, servers=servers)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(good.read_text().replace("n_max = 4", "n_max = 3")
+                   .replace('spec_type = "draft-simple"', 'spec_type = "draft-simple"\nargs = ["--no-such-flag"]'))
+    before = llama_servers_running()
+    controller = controller_for(good, max_tokens=8)
+    try:
+        old_pid = controller.backend.pid
+        with pytest.raises(SpecchatError, match="the previous server was started again"):
+            controller.switch_profile(str(bad))
+        backend, facts = controller.backend, controller.facts
+        assert backend is not None and backend.pid != old_pid and not alive(old_pid) and alive(backend.pid)
+        assert facts.pid == backend.pid and facts.where == backend.where  # the screen names the server that runs
+        assert llama_servers_running() - before - servers.pids() == {backend.pid}
+        exchange = controller.begin("Say hi.")
+        assert exchange.run(lambda _e: None) is None  # and it answers
+    finally:
+        controller.close()
+    assert not (llama_servers_running() - before - servers.pids())
 
 
 # -- 5. "vs plain" like for like ----------------------------------------------------------------------------------

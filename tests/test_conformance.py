@@ -11,6 +11,7 @@ import signal
 import pytest
 
 from backend_kinds import KINDS, MULTIBYTE, SYSTEM, TURNS, Servers, ask, controller_for, write_profile
+from specchat.chats.ab import FRESH_CACHE_TITLE, SAME_CACHE_TITLE
 from specchat.chats.controller import Refused
 from specchat.engine import Message
 from specchat.engine.events import ContextTrimmed, TokenEmitted
@@ -44,13 +45,21 @@ def same(kind: str, record, expected: tuple[list[int], str]) -> None:
 def test_three_greedy_turns_equal_plain_decoding(kind, profile, plain):
     controller = controller_for(profile())
     try:
+        # "vs plain" is measured where plain decoding can be run, and says why not elsewhere (never a guess).
+        telemetry = controller.telemetry
+        if kind == "in-process":
+            assert telemetry.reference is not None and telemetry.reference.per_token_s is not None
+        else:
+            assert telemetry.reference is None and telemetry.plain_source.startswith("not measured — ")
+            assert ("A/B" in telemetry.plain_source) == (kind == "managed")
         expected = plain.chat(TURNS)
         for text, reference in zip(TURNS, expected):
             record = ask(controller, text)
             same(kind, record, reference)
-        if kind != "remote-openai":
-            kinds = {k for _, k in record.segments for record in controller.session.turns[1::2]}
-            assert "accepted" in kinds  # speculation ran: the promise was kept with drafts judged, not without
+        if kind != "remote-openai":  # speculation ran: the promise was kept with drafts judged, not without
+            replies = controller.session.turns[1::2]
+            assert len(replies) == len(TURNS) and all(reply.stats["drafted"] > 0 for reply in replies)
+            assert "accepted" in {k for reply in replies for _, k in reply.segments}
     finally:
         controller.close()
 
@@ -116,9 +125,11 @@ def test_regenerate_answers_the_same_prompt_again(kind, profile, plain):
 
 
 def test_ab_compares_the_same_prompt_without_speculation(kind, profile, plain):
+    """A/B of the second turn, whose reply met a cache holding the first."""
     controller = controller_for(profile())
     try:
-        record = ask(controller, TURNS[0])
+        ask(controller, TURNS[0])
+        record = ask(controller, TURNS[1])
         comparison = controller.compare()
         if kind.startswith("remote"):  # speculation on someone else's server cannot be switched off from here
             with pytest.raises(BackendError, match="A/B needs a server specchat starts"):
@@ -129,9 +140,12 @@ def test_ab_compares_the_same_prompt_without_speculation(kind, profile, plain):
         assert result.plain["method"] == "none" and result.plain["drafted"] == 0
         assert result.plain["generated"] == len(record.tokens) and result.spec["drafted"] > 0
         assert controller.backend.speculation_state().active  # the profile is back as it was
+        # The title claims only what held: a managed server restarted for the plain arm lost the reply's cache.
+        assert result.title == (SAME_CACHE_TITLE if kind == "in-process" else
+                                FRESH_CACHE_TITLE.format(prefill=result.plain["prefill_tokens"]))
         controller.compared(result)
         assert "A/B plain run" in controller.telemetry.plain_source
-        same(kind, ask(controller, TURNS[1]), plain.chat(TURNS[:2])[1])  # the chat goes on as if nothing happened
+        same(kind, ask(controller, TURNS[2]), plain.chat(TURNS)[2])  # the chat goes on as if nothing happened
     finally:
         controller.close()
 

@@ -14,6 +14,7 @@ import pytest
 from backend_kinds import (
     KINDS,
     MULTIBYTE,
+    SYSTEM,
     TURNS,
     Servers,
     alive,
@@ -21,7 +22,8 @@ from backend_kinds import (
     write_profile,
 )
 from specchat.app.chat_app import make_app
-from test_app import SIZE, wait_until
+from specchat.app.widgets.reply import ProvenanceLines, ReplyView
+from test_app import SIZE, plain_text, wait_until
 from test_app import ask as ask_in_app
 from specchat.chats.store import Store
 
@@ -81,17 +83,24 @@ async def ask(pilot, text: str):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_three_greedy_turns_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
+async def test_greedy_turns_and_multibyte_replies_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
+    """Three turns, then CJK, emoji and accented text in the same chat: each reply plain decoding's, and on screen
+    whole (no U+FFFD where a character spans tokens)."""
     settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
     settings.max_tokens = 40
+    texts = TURNS + MULTIBYTE
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = pilot.app
         await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
-        replies = [await ask(pilot, text) for text in TURNS]
-    expected = plain.chat(TURNS)
+        replies = [await ask(pilot, text) for text in texts]
+        shown = [plain_text(view.query_one(ProvenanceLines)) for view in app.query(ReplyView)]  # as drawn
+    expected = plain.chat(texts)
     assert [r.text for r in replies] == [text for _, text in expected]
     if kind != "remote-openai":
         assert [r.tokens for r in replies] == [ids for ids, _ in expected]
+    assert len(shown) == len(texts) and not any("\ufffd" in text for text in shown)
+    for (_, text), on_screen in zip(expected, shown):
+        assert " ".join(text.split())[:30] in " ".join(on_screen.split())
 
 
 def every_switch(kinds: tuple[str, ...]) -> list[str]:
@@ -130,7 +139,9 @@ async def test_switching_between_every_pair_of_backend_kinds_in_the_app(tmp_path
             where = app.backend.where
             assert where_says(kind, where, servers), (kind, where)
             shown = " ".join(app.sidebar.plain.split())  # the sidebar wraps long lines
-            assert " ".join(where.split()) in shown and " ACTIVE " in f" {shown} "
+            # The backend line names what runs, and the method and badge are that backend's own.
+            assert " ".join(where.split()) in shown and f"method {app.backend.config.spec.method}" in shown
+            assert app.backend.speculation_state().active and " ACTIVE " in f" {shown} "
             managed = llama_servers_running() - before - servers.pids()
             assert len(managed) == (kind == "managed"), (kind, managed)  # never two, never one left behind
             reply = await ask(pilot, "Say hi.")
@@ -140,6 +151,7 @@ async def test_switching_between_every_pair_of_backend_kinds_in_the_app(tmp_path
 
 def test_switching_between_every_pair_of_backend_kinds_in_the_repl(tmp_path, user_cache, llama_server, servers):
     from specchat.repl.commands import run_command
+    from specchat.repl.render import figures
     from specchat.repl.shell import Repl, ReplSettings
     import io
 
@@ -155,6 +167,8 @@ def test_switching_between_every_pair_of_backend_kinds_in_the_repl(tmp_path, use
                 run_command(shell, f"/profile {profiles[kind]}")
                 assert out.getvalue().rstrip().endswith(f"· {shell.backend.where}")  # the REPL says where it runs
             assert where_says(kind, shell.backend.where, servers), (kind, shell.backend.where)
+            toolbar = figures(shell.telemetry, shell.profile.name, shell.controller.method, "", width=500)
+            assert f" {shell.backend.config.spec.method} · ACTIVE · " in toolbar, toolbar  # the toolbar's fields
             managed = llama_servers_running() - before - servers.pids()
             assert len(managed) == (kind == "managed"), (kind, managed)
             shell.answer("Say hi.")
@@ -164,3 +178,65 @@ def test_switching_between_every_pair_of_backend_kinds_in_the_repl(tmp_path, use
         shell.close()
     assert not (llama_servers_running() - before - servers.pids())
     assert all(not alive(pid) for pid in llama_servers_running() - before - servers.pids())
+
+
+def answer_after(plain, session, target_id: str, text: str, max_tokens: int):
+    """Plain decoding's reply to ``text`` after ``session``'s turns up to the last exchange (a partial reply as kept)."""
+    from specchat.chats.session import engine_messages
+
+    index, _ = session.last_exchange()
+    history = engine_messages(session.turns[:index], SYSTEM, target_id)
+    return plain.answer(history, text, max_tokens=max_tokens)
+
+
+CONTINUE = "Shorter, please."
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_cancel_then_continue_then_regenerate_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
+    """Esc mid-reply keeps the partial reply; the next turn answers after it, and Ctrl+R answers that turn again —
+    each equal to plain decoding after the chat as kept."""
+    from test_app import start_long_reply
+
+    settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
+    settings.max_tokens = 120
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        await start_long_reply(pilot)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.busy is None)
+        partial = app.conversation.last_reply
+        assert partial.finish_reason == "cancelled" and 8 <= len(partial.segments) < 120
+        follow = await ask(pilot, CONTINUE)
+        expected = answer_after(plain, app.conversation, app.backend.target_id, CONTINUE, 120)
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: app.busy is None and app.conversation.last_reply is not follow
+                         and app.conversation.last_reply.finish_reason)
+        again = app.conversation.last_reply
+        assert len(app.conversation.turns) == 4 and app.conversation.turns[1] is partial
+    assert [follow.text, again.text] == [expected[1]] * 2
+    if kind != "remote-openai":
+        assert [list(follow.tokens), list(again.tokens)] == [expected[0]] * 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cancel_then_continue_then_retry_in_the_repl(kind, tmp_path, user_cache, llama_server, servers, plain):
+    """Ctrl+C mid-reply, then the next turn and /retry, on the REPL's own loop."""
+    import signal
+
+    from specchat.repl.shell import ReplSettings
+    from test_repl import CTRL_D, run_repl, signal_once_streaming
+
+    profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
+    settings = ReplSettings(str(profile), db_path=tmp_path / "chats.sqlite3", max_tokens=120, color=False)
+    keys = ["Write a very long story about a dragon and a knight.\r", f"{CONTINUE}\r", "/retry\r", CTRL_D]
+    shell, _, text = run_repl(settings, *keys, during=signal_once_streaming(signal.SIGINT))
+    session = shell.session
+    partial = session.turns[1]
+    assert partial.finish_reason == "cancelled" and 8 <= len(partial.segments) < 120, text
+    assert len(session.turns) == 4 and "specchat:" not in text, text
+    expected = answer_after(plain, session, partial.target_id, CONTINUE, 120)
+    (replies,) = stored_replies(tmp_path / "chats.sqlite3")
+    assert replies[0].finish_reason == "cancelled" and len(replies) == 2
+    assert_equal(kind, [replies[1]], [expected])

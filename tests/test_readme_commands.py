@@ -1,8 +1,9 @@
-"""Every ``specchat …`` line in the README's code blocks runs, as a user would type it, and ends without a traceback.
+"""Every ``specchat …`` command the README documents runs, as a user would type it, and ends without a traceback.
 
 A documented command that crashed untested (``specchat profiles templates``, a ModuleNotFoundError) is what this
 guards against: the lines are read from README.md itself, so a new one is run as soon as it is written. "…" stands
-for a prompt; a pipe into a pager is left out; the chat app (``specchat`` alone) is started in a real terminal by
+for a prompt, and a prompt is piped in (what `specchat ask` and `specchat repl` answer when named without one); a pipe
+into a pager is left out; the chat app (``specchat`` alone) is started in a real terminal by
 test_app.py. Lines that name a model this machine does not have say so in one line and exit non-zero: that is their
 documented behaviour, and it is checked too.
 """
@@ -10,6 +11,7 @@ documented behaviour, and it is checked too.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -19,15 +21,22 @@ import pytest
 
 README = Path(__file__).parents[1] / "README.md"
 PROMPT = "Say hi."
+INLINE = re.compile(r"`(specchat [a-z][^`]*)`")
+PATTERN = re.compile(r"[\[\]|…]|\b[A-Z]{2,}\b| -[-a-z]+$")
 NEEDS_ABSENT_MODELS = ("qwen3-", "gemma4-", "server-none", "server-ngram-simple", "server-draft-mtp")
 
 
 def documented_commands() -> list[str]:
-    """The ``specchat`` commands of the README's shell blocks (fences opened with ```sh, ```bash or ``` alone)."""
+    """The ``specchat`` commands of the README's shell blocks (fences opened with ```sh, ```bash or ``` alone), and
+    those its prose names whole in backticks (`specchat profiles templates`; a span with a placeholder — NAME, [...],
+    "…" — or ending in an option that needs its value is a pattern, not a command)."""
     commands, fence = [], None
     for line in README.read_text(encoding="utf-8").splitlines():
         if line.startswith("```"):
             fence = None if fence is not None else line[3:].strip()
+            continue
+        if fence is None:
+            commands += [span for span in INLINE.findall(line) if span not in commands and not PATTERN.search(span)]
             continue
         if fence not in ("sh", "bash", ""):
             continue
@@ -43,19 +52,22 @@ def test_the_readme_documents_commands_and_this_test_reads_them_all():
     commands = documented_commands()
     assert len(commands) >= 12 and "specchat profiles list" in commands
     assert any(c.startswith("specchat server build") for c in commands)
+    # Named only in the prose, and the one a note tells users to run: it crashed with a traceback, untested.
+    assert {"specchat profiles templates", "specchat server which", "specchat repl"} <= set(commands)
 
 
 @pytest.mark.parametrize("command", [c for c in documented_commands() if c != "specchat"])
 def test_a_documented_command_runs(command, tmp_path, user_cache, llama_server):
     line = command.split("|")[0].strip().replace("…", PROMPT)
     argv = shlex.split(line)
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_DATA_HOME": str(tmp_path / "data")}
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "SPECCHAT_LLAMA_SERVER": str(llama_server)}  # the server the tests built, as a user's would be found
     if argv[1:3] != ["server", "build"]:  # building reads the real user cache, where the tests' server was built
         env["HOME"] = str(tmp_path / "home")
     if "--max-tokens" not in argv and argv[1] == "ask":
         argv += ["--max-tokens", "24"]
     result = subprocess.run([sys.executable, "-m", "specchat", *argv[1:]], capture_output=True, text=True, env=env,
-                            timeout=900, stdin=subprocess.DEVNULL)
+                            timeout=900, input=PROMPT + "\n")  # what `ask` or `repl` without a prompt answers
     assert "Traceback" not in result.stderr + result.stdout, result.stderr
     if any(name in line for name in NEEDS_ABSENT_MODELS) and result.returncode != 0:
         lines = [x for x in result.stderr.splitlines() if x.strip()]

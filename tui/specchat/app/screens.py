@@ -19,7 +19,7 @@ from textual.widgets.option_list import Option
 from ..errors import SpecchatError
 from ..profiles import available_profiles, load_profile
 from ..chats.store import Store, StoreError
-from ..chats.ab import TITLE, ABResult
+from ..chats.ab import ABResult
 from .keymap import ALL_BINDINGS
 
 T = TypeVar("T")
@@ -134,7 +134,7 @@ class ABScreen(_Modal):
 
     def compose(self) -> ComposeResult:
         result = self.result
-        table = Table(title=TITLE, expand=True)
+        table = Table(title=result.title, expand=True)
         table.add_column("")
         table.add_column(f"speculation ({result.spec.get('method', '?')})", justify="right")
         table.add_column("plain decoding", justify="right")

@@ -225,7 +225,7 @@ class LlamaServerBackend:
                 self.close()
                 raise SwitchFailed(f"{exc} — and the previous server could not be started again: {again}",
                                    None) from None
-            raise
+            raise SwitchFailed(f"{exc} — the previous server was started again", self) from None
         self.config = self._running = config
         return "server restarted" if self.process is not None else "reconnected"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..engine.config import EngineConfig
-from ..figures import num
+from ..figures import DASH, num
 from ..engine.reference import PlainReference
 
 if TYPE_CHECKING:
@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from ..engine.conversation import Message
     from .records import ReplyRecord
 
-TITLE = "A/B: the same prompt, target, context, sampling and cache state"
+SAME_CACHE_TITLE = "A/B: the same prompt, target, context, sampling and cache state"
+FRESH_CACHE_TITLE = ("A/B: the same prompt, target, context and sampling; the plain arm decoded {prefill} prompt tokens"
+                     " afresh (a server restarted without speculation starts with an empty cache)")
 FINISHED_BY_ITSELF = ("stop", "length")
 
 
@@ -61,6 +63,14 @@ class ABResult:
     memory_of: str  # whose peak memory the table shows: this process, or the model server's
 
     @property
+    def title(self) -> str:
+        """What the arms shared: a managed server restarted for the plain arm has lost the cache the reply met."""
+        spec, plain = self.spec.get("prefill_tokens"), self.plain.get("prefill_tokens")
+        if spec == plain:
+            return SAME_CACHE_TITLE
+        return FRESH_CACHE_TITLE.format(prefill=num(plain, "d"))
+
+    @property
     def speedup(self) -> float | None:
         spec, plain = self.spec.get("decode_tps"), self.plain.get("decode_tps")
         return spec / plain if spec and plain else None
@@ -75,7 +85,7 @@ class ABResult:
         rows = [row("prompt tokens decoded", "prefill_tokens", "d"), row("TTFT", "ttft", ".0f", 1000, " ms"),
                 row("decode tok/s", "decode_tps", ".1f"), row("total", "t_total", ".2f", 1, " s"),
                 row(f"peak memory ({self.memory_of})", "peak_rss", ",.0f", 1e-6, " MB"),
-                ("acceptance", num(spec.get("acceptance_rate"), ".0%"), "–")]
+                ("acceptance", num(spec.get("acceptance_rate"), ".0%"), DASH)]
         rows.append(("speed-up", num(self.speedup, ".2f", 1, "×"), "1.00×"))
         return rows
 

@@ -21,6 +21,7 @@ from ..backends import Backend, switch_backend
 from ..engine import ModelSpec, ReplyFinished, ReplyStarted
 from ..engine.events import Event, SpeculationState
 from ..errors import SpecchatError, SwitchFailed, one_line
+from ..figures import DASH
 from ..profiles import Profile, engine_config, load_profile
 from ..telemetry.live import LiveTelemetry
 from ..telemetry.memory import peak_rss_bytes
@@ -33,6 +34,15 @@ from .store import Store
 
 # What a profile switch did that leaves the target as it was (its plain reference still holds).
 SAME_TARGET = ("parameters", "draft reloaded")
+
+
+def unmeasured(facts: BackendFacts) -> str:
+    """Why a backend gave no plain reference, and what would measure one."""
+    if facts.pid is not None:
+        return "not measured — a speculating server decodes plainly only after a restart: A/B (Ctrl+B, /ab) does that"
+    if not facts.where.startswith("in-process"):
+        return "not measured — speculation on a server specchat does not start cannot be switched off from here"
+    return "not measured"
 
 
 class Refused(SpecchatError):
@@ -122,10 +132,9 @@ class ChatController:
         before = self.backend.config if self.backend is not None else None
         try:
             self.backend, action = switch_backend(self.backend, config)
-        except SwitchFailed as exc:
+        except SwitchFailed as exc:  # what runs now is the previous profile opened again, another pid, or nothing
             self.backend = exc.backend
-            if self.backend is not None:
-                self.facts = BackendFacts.of(self.backend)
+            self.facts = BackendFacts.of(self.backend) if self.backend is not None else None
             raise
         keep = action in SAME_TARGET and before is not None and (before.target, before.kv_cache, before.sampling) == \
             (config.target, config.kv_cache, config.sampling)  # the same threads and GPU layers too
@@ -142,6 +151,7 @@ class ChatController:
         self.session.set_profile(switched.profile.name)
         if not switched.keep_reference:  # measured on another target or sampling, a reference means nothing here
             self.telemetry.reference = switched.reference
+            self.telemetry.unmeasured = "" if switched.reference is not None else unmeasured(switched.facts)
         self.telemetry.reset_chat()
         self.telemetry.speculation = switched.facts.speculation
         self.telemetry.n_max = switched.facts.n_max
@@ -158,7 +168,7 @@ class ChatController:
     def method(self) -> str:
         if self.facts is not None:
             return self.facts.method
-        return self.profile.method if self.profile is not None else "–"
+        return self.profile.method if self.profile is not None else DASH
 
     def close(self) -> None:
         """*Engine thread.* Free the models, stop a managed server (the backend stays readable, closed)."""

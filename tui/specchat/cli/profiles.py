@@ -12,6 +12,7 @@ from tomlkit.exceptions import ParseError
 from ..engine.compat import check_pair
 from ..engine.gguf_header import read_metadata
 from ..errors import ConfigError, ModelError
+from ..figures import DASH
 from ..profiles import models
 from ..profiles.drafts import draft_candidates
 from ..profiles.fit import DEFAULT_MARGIN_GB, GB, FitReport, Footprint, gpu_share, kv_cache_bytes
@@ -72,11 +73,11 @@ def cmd_list(_args: argparse.Namespace) -> int:
         try:
             p = load_profile(str(path))
         except ConfigError as exc:
-            rows.append([name, source, "-", "-", "-", "-", f"INVALID: {exc}"])
+            rows.append([name, source, DASH, DASH, DASH, DASH, f"INVALID: {exc}"])
             continue
         d = p.values["draft"]
-        rows.append([name, source, d["method"], str(d["n_max"]) if d["method"] != "none" else "-",
-                     p.values["target"]["model"], d["model"] or "-", p.description])
+        rows.append([name, source, d["method"], str(d["n_max"]) if d["method"] != "none" else DASH,
+                     p.values["target"]["model"], d["model"] or DASH, p.description])
     print(_table(rows))
     return 0
 

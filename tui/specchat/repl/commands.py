@@ -13,7 +13,6 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
 from .. import paths
-from ..chats.ab import TITLE
 from ..chats.records import UserTurn
 from ..errors import SpecchatError, one_line
 from ..profiles import available_profiles
@@ -70,7 +69,7 @@ def _ab(repl: Repl, _arg: str) -> None:
         repl.say("A/B cancelled", "class:dim")
         return
     repl.controller.compared(result)
-    repl.say(TITLE, "class:dim")
+    repl.say(result.title, "class:dim")
     rows = [("", f"speculation ({result.spec.get('method')})", "plain"), *result.rows()]
     width = max(len(label) for label, _, _ in rows) + 2
     for label, spec, plain in rows:

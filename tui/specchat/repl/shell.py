@@ -36,7 +36,7 @@ from ..chats.records import INTERRUPTED, ReplyRecord
 from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
 from ..engine import DraftRejected, ReplyFinished, TokenEmitted
 from ..errors import SpecchatError
-from ..figures import summary_line
+from ..figures import DASH, summary_line
 from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
 from ..text import valid_text
 from . import render
@@ -72,7 +72,8 @@ class Repl(ControllerViews):
         self._engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
         self.ghosts = False
         self.quitting = False
-        self._memory_text, self._memory_at = "–", -MEMORY_EVERY_S
+        self.unsent = ""  # a message refused before it began (too long for the context): the next prompt holds it
+        self._memory_text, self._memory_at = DASH, -MEMORY_EVERY_S
         self.controller = ChatController(self._open_store(), settings.profile, self._problem,
                                          max_tokens=settings.max_tokens)
         self.prompt: PromptSession | None = None
@@ -123,7 +124,7 @@ class Repl(ControllerViews):
                 self._memory_text = f"VRAM {gpu.used / 1e6:,.0f} / {gpu.total / 1e6:,.0f} MB"
             else:
                 rss = rss_bytes(pid)
-                self._memory_text = "–" if rss is None else f"RSS {rss / 1e6:,.0f} MB"
+                self._memory_text = DASH if rss is None else f"RSS {rss / 1e6:,.0f} MB"
             self._memory_at = now
         return self._memory_text
 
@@ -192,8 +193,10 @@ class Repl(ControllerViews):
         try:
             while not self.quitting:
                 try:
-                    text = valid_text(self.prompt.prompt("› "))  # slash commands' arguments too
+                    text = valid_text(self.prompt.prompt("› ", default=self.unsent))  # slash commands' too
+                    self.unsent = ""
                 except KeyboardInterrupt:
+                    self.unsent = ""
                     continue  # Ctrl+C at the prompt clears the line
                 except EOFError:
                     break  # Ctrl+D on an empty line
@@ -250,7 +253,7 @@ class Repl(ControllerViews):
             self._engine.submit(work)
             finished, failed = self._stream(inbox, record, status)
         if failed is not None:
-            self.controller.failed(failed)
+            self.unsent = self.controller.failed(failed) or ""
         self.session.save()
         if failed is not None:
             self._problem(failed.error, True)

@@ -47,6 +47,7 @@ class LiveTelemetry:
     context_used: int = 0
     n_ctx: int = 0
     reference: PlainReference | None = None  # plain decoding of the same target, measured (engine/reference.py)
+    unmeasured: str = ""  # without a reference: why, and what would measure one
     prompt_tokens: int = 0  # of the reply in progress (or the last one): where its context depth starts
     estimated: bool = False  # token counts are tiktoken's estimates (a server that streams text without ids)
     trimmed: int = 0
@@ -126,7 +127,7 @@ class LiveTelemetry:
 
     @property
     def plain_source(self) -> str:
-        return self.reference.describe(self.depth) if self.reference is not None else ""
+        return self.reference.describe(self.depth) if self.reference is not None else self.unmeasured
 
     def tps_now(self) -> float | None:
         """Tokens per second over the last second of generation."""

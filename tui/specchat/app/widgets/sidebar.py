@@ -50,7 +50,7 @@ def _grid(rows: list[tuple[str, str | Text]]) -> Text:
 def _spark(values: list[float]) -> Text:
     """Per-step acceptance, oldest first, on a fixed 0–100 % scale so heights compare across replies."""
     line = "".join(SPARK_LEVELS[round(v * (len(SPARK_LEVELS) - 1))] for v in values)
-    return Text(line or "–", style="green")
+    return Text(line or DASH, style="green")
 
 
 def _bar(fraction: float, width: int = 10) -> str:
@@ -136,7 +136,7 @@ class Sidebar(TextLines, ScrollView):
 
         mem = Text("memory\n", style="dim")
         if memory is None:
-            mem.append("–")
+            mem.append(DASH)
         elif isinstance(memory.gpu, GpuMemory):
             g = memory.gpu
             mem.append(f"{g.name}\nVRAM {mb(g.used)} / {mb(g.total)}\n{memory.whose} {mb(g.process)}\n")
@@ -155,7 +155,7 @@ class Sidebar(TextLines, ScrollView):
             if t.trimmed:
                 ctx.append(f"\n{t.trimmed} old messages dropped", style="dim")
         else:
-            ctx.append("–")
+            ctx.append(DASH)
         speed_text = _grid(speed)
         if t.plain_source:  # under the grid, so a long source wraps at the sidebar's edge, not into a column
             speed_text.append(f"\nplain: {t.plain_source}", style="dim")
