@@ -272,6 +272,32 @@ def test_ab_in_the_repl_refuses_a_cancelled_reply_and_one_made_under_another_pro
     assert "the profile changed the sampling since this reply" in text
 
 
+def test_ab_refuses_a_reply_made_under_another_target_or_context(tmp_path, user_cache):
+    """After a switch that changed the target or the context, both arms reran under the new profile against a record
+    made under the old one; each change is named, and a regenerated reply can be compared again."""
+    from backend_kinds import ask, controller_for
+
+    from specchat.chats.controller import Refused
+
+    tiny = (Path(__file__).parents[1] / "profiles" / "tiny.toml").read_text()
+    profiles = {"tiny": tmp_path / "tiny.toml", "context": tmp_path / "context.toml", "target": tmp_path / "target.toml"}
+    profiles["tiny"].write_text(tiny)
+    profiles["context"].write_text(tiny.replace("n_ctx = 4096", "n_ctx = 2048"))
+    profiles["target"].write_text(tiny.replace('model = "embedded:target"', 'model = "embedded:draft"', 1))
+    controller = controller_for(profiles["tiny"], max_tokens=16)
+    try:
+        ask(controller, "Name a colour.")
+        for name, change in (("context", "the context size"), ("target", "the target model")):
+            controller.profile_switched(controller.switch_profile(str(profiles[name])))
+            with pytest.raises(Refused, match=f"the profile changed {change} since this reply"):
+                controller.compare()
+            controller.profile_switched(controller.switch_profile(str(profiles["tiny"])))
+        result = controller.compare().run()  # back under the reply's own conditions: compared, and alike
+        assert result is not None and result.identical is True
+    finally:
+        controller.close()
+
+
 async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_one(settings):
     from test_app import SIZE, ask, ready, start_long_reply, wait_until
 

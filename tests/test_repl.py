@@ -260,7 +260,11 @@ def test_history_is_kept_across_runs_privately(repl_settings):
 def test_the_terminal_closing_mid_reply_quits_with_the_partial_reply_saved_as_interrupted(repl_settings, signum):
     repl_settings.max_tokens = 400
     # "Say yes." is never answered: the REPL has quit.
-    run_repl(repl_settings, "Write a very long story about a dragon and a knight.\rSay yes.\r" + CTRL_D,
-             during=signal_once_streaming(signum))
+    repl, _, _ = run_repl(repl_settings, "Write a very long story about a dragon and a knight.\rSay yes.\r" + CTRL_D,
+                          during=signal_once_streaming(signum))
     (reply,) = saved_replies(repl_settings.db_path)
     assert reply.finish_reason == "interrupted" and len(reply.segments) >= 8
+    # Every token the reply got is saved, the last step's too: a record changed after it was marked saved stayed in
+    # memory only.
+    kept = repl.session.last_reply
+    assert (reply.content, reply.tokens, reply.finish_reason) == (kept.text, list(kept.tokens), kept.finish_reason)
