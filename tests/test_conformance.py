@@ -142,7 +142,8 @@ def test_ab_compares_the_same_prompt_without_speculation(kind, profile, plain):
         assert controller.backend.speculation_state().active  # the profile is back as it was
         # The title claims only what held: a managed server restarted for the plain arm lost the reply's cache.
         assert result.title == (SAME_CACHE_TITLE if kind == "in-process" else
-                                FRESH_CACHE_TITLE.format(prefill=result.plain["prefill_tokens"]))
+                                FRESH_CACHE_TITLE.format(plain=result.plain["prefill_tokens"],
+                                                         spec=result.spec["prefill_tokens"]))
         controller.compared(result)
         assert "A/B plain run" in controller.telemetry.plain_source
         same(kind, ask(controller, TURNS[2]), plain.chat(TURNS)[2])  # the chat goes on as if nothing happened

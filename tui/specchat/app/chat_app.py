@@ -285,6 +285,7 @@ class SpecchatApp(ControllerViews, App):
 
     def on_specchat_app_load_failed(self, message: LoadFailed) -> None:
         self._idle()
+        self.controller.switch_failed()
         self.status = "load failed — previous profile kept" if self.backend else "no model loaded"
         self.notify(message.error, severity="error", timeout=20)
         self._sample_memory()

@@ -41,6 +41,7 @@ class Backend(Protocol):
         """The process that holds the model, when it is not this one (its memory is the model's)."""
 
     rejected_tails: bool  # whether DraftRejected events carry the rejected tokens (a server only counts them)
+    no_reference: str  # why the last plain_reference() gave None, and what would measure one ("" when it measured)
 
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
                should_stop: Callable[[], bool] = lambda: False) -> Iterator[Event]:

@@ -78,6 +78,7 @@ def _restart_needed(running: EngineConfig, new: EngineConfig) -> bool:
 
 class LlamaServerBackend:
     rejected_tails = False  # the server says how many draft tokens it rejected, never which
+    no_reference = ""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -225,7 +226,8 @@ class LlamaServerBackend:
                 self.close()
                 raise SwitchFailed(f"{exc} — and the previous server could not be started again: {again}",
                                    None) from None
-            raise SwitchFailed(f"{exc} — the previous server was started again", self) from None
+            again = "started again" if self.process is not None else f"in use again ({self.url})"
+            raise SwitchFailed(f"{exc} — the previous server was {again}", self) from None
         self.config = self._running = config
         return "server restarted" if self.process is not None else "reconnected"
 
@@ -277,7 +279,8 @@ class LlamaServerBackend:
         """A plain run of the server's own loop, timed as a reply's decode rate is — only when the server decodes
         plainly anyway: a speculating one would need a restart (an A/B run does that, and gives the reference). The
         server's slope over context depth is not measured, so the reference holds near the depth it was taken at."""
-        if self.api == "openai" or self.chat is None or spec_type(self.config) != "none":
+        self.no_reference = self._unmeasurable()
+        if self.no_reference or self.chat is None:
             return None
         saved = self.chat.snapshot()
         try:
@@ -288,10 +291,22 @@ class LlamaServerBackend:
         finished = events[-1]
         tps = rate(len(times) - 1, times[-1] - times[0]) if len(times) > 1 else None
         if tps is None or not isinstance(finished, ReplyFinished):
+            self.no_reference = "not measured — the server's plain run gave no rate"
             return None
         depth = finished.stats.prompt_tokens + len(times) // 2
         return PlainReference.measured(tps, depth, None, not self.config.sampling.greedy,
                                        f"a plain run of {PLAIN_RATE_TOKENS} tokens on the server")
+
+    def _unmeasurable(self) -> str:
+        """Why a plain run cannot be timed on this server as a reply is; "" when it can."""
+        if self.api == "openai" or self.chat is None:
+            return ("not measured — specchat times a plain run only on a llama-server whose model it tokenizes (the"
+                    " target's GGUF on this machine, llama.cpp's API)")
+        if spec_type(self.config) == "none":
+            return ""
+        if self.process is not None:
+            return "not measured — a speculating server decodes plainly only after a restart: A/B (Ctrl+B, /ab) does that"
+        return "not measured — speculation on a server specchat does not start cannot be switched off from here"
 
     def rerun_plain(self, history: list[Message], text: str, reused_tokens: int, max_tokens: int,
                     should_stop: Callable[[], bool] = lambda: False) -> tuple[dict[str, Any], list[int]]:

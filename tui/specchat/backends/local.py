@@ -19,6 +19,7 @@ class LocalBackend:
     rejected_tails = True
     where = "in-process (llama-cpp-python)"
     pid = None
+    no_reference = ""
 
     def __init__(self, config: EngineConfig) -> None:
         self.engine = Engine(config)
@@ -56,7 +57,10 @@ class LocalBackend:
         return self.engine.speculation_state()
 
     def plain_reference(self) -> PlainReference | None:
-        return self.engine.plain_reference()
+        reference = self.engine.plain_reference()
+        self.no_reference = "" if reference is not None else \
+            "not measured — the context has no room for a plain run of 32 tokens (raise n_ctx)"
+        return reference
 
     def rerun_plain(self, history: list[Message], text: str, reused_tokens: int, max_tokens: int,
                     should_stop: Callable[[], bool] = lambda: False) -> tuple[dict[str, Any], list[int]]:

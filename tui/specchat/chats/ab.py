@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from .records import ReplyRecord
 
 SAME_CACHE_TITLE = "A/B: the same prompt, target, context, sampling and cache state"
-FRESH_CACHE_TITLE = ("A/B: the same prompt, target, context and sampling; the plain arm decoded {prefill} prompt tokens"
-                     " afresh (a server restarted without speculation starts with an empty cache)")
+FRESH_CACHE_TITLE = ("A/B: the same prompt, target, context and sampling, not the same cache state — the plain arm"
+                     " decoded {plain} prompt tokens, the reply {spec}")
 FINISHED_BY_ITSELF = ("stop", "length")
 
 
@@ -64,11 +64,12 @@ class ABResult:
 
     @property
     def title(self) -> str:
-        """What the arms shared: a managed server restarted for the plain arm has lost the cache the reply met."""
+        """What the arms shared, no more: a managed server restarted for the plain arm has lost the cache the reply
+        met, and a reopened chat's reply does not say what it found cached."""
         spec, plain = self.spec.get("prefill_tokens"), self.plain.get("prefill_tokens")
         if spec == plain:
             return SAME_CACHE_TITLE
-        return FRESH_CACHE_TITLE.format(prefill=num(plain, "d"))
+        return FRESH_CACHE_TITLE.format(plain=num(plain, "d"), spec=num(spec, "d"))
 
     @property
     def speedup(self) -> float | None:

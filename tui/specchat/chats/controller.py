@@ -36,15 +36,6 @@ from .store import Store
 SAME_TARGET = ("parameters", "draft reloaded")
 
 
-def unmeasured(facts: BackendFacts) -> str:
-    """Why a backend gave no plain reference, and what would measure one."""
-    if facts.pid is not None:
-        return "not measured — a speculating server decodes plainly only after a restart: A/B (Ctrl+B, /ab) does that"
-    if not facts.where.startswith("in-process"):
-        return "not measured — speculation on a server specchat does not start cannot be switched off from here"
-    return "not measured"
-
-
 class Refused(SpecchatError):
     """What was asked cannot be done now; the line says why and what to do."""
 
@@ -77,6 +68,7 @@ class Switched:
     action: str  # "loaded", "parameters", "draft reloaded", "full reload", "server restarted", "backend switched", …
     facts: BackendFacts
     reference: PlainReference | None  # measured after the switch; None with ``keep_reference``
+    no_reference: str  # why ``reference`` is None when it was measured for
     keep_reference: bool  # the same target with the same sampling: the reference there was still holds
 
 
@@ -139,7 +131,8 @@ class ChatController:
         keep = action in SAME_TARGET and before is not None and (before.target, before.kv_cache, before.sampling) == \
             (config.target, config.kv_cache, config.sampling)  # the same threads and GPU layers too
         reference = None if keep else self.backend.plain_reference()
-        return Switched(profile, action, BackendFacts.of(self.backend), reference, keep)
+        no_reference = "" if keep or reference is not None else self.backend.no_reference
+        return Switched(profile, action, BackendFacts.of(self.backend), reference, no_reference, keep)
 
     def profile_switched(self, switched: Switched) -> list[str]:
         """The switch's result on screen; returns the notes not shown before, one line each."""
@@ -151,13 +144,18 @@ class ChatController:
         self.session.set_profile(switched.profile.name)
         if not switched.keep_reference:  # measured on another target or sampling, a reference means nothing here
             self.telemetry.reference = switched.reference
-            self.telemetry.unmeasured = "" if switched.reference is not None else unmeasured(switched.facts)
+            self.telemetry.unmeasured = switched.no_reference
         self.telemetry.reset_chat()
         self.telemetry.speculation = switched.facts.speculation
         self.telemetry.n_max = switched.facts.n_max
         fresh = [note for note in switched.facts.notes if note not in self._shown_notes]
         self._shown_notes.update(fresh)
         return fresh
+
+    def switch_failed(self) -> None:
+        """A switch failed (its line is on screen). With nothing open now, nothing of the old backend stays shown."""
+        if self.backend is None:
+            self.telemetry.speculation, self.telemetry.reference, self.telemetry.unmeasured = None, None, ""
 
     def refresh_facts(self) -> None:
         """*Engine thread.* Read the backend's facts again (after a reply: a server may have restarted)."""

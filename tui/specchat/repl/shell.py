@@ -157,7 +157,11 @@ class Repl(ControllerViews):
         """Load (or switch to) a profile with the least work; returns what was done. Ctrl+C meanwhile does not end
         the REPL: a load runs to its end (the previous profile stays on failure)."""
         with _Patience() as patience:
-            switched = self.on_engine(self.controller.switch_profile, name)
+            try:
+                switched = self.on_engine(self.controller.switch_profile, name)
+            except SpecchatError:
+                self.controller.switch_failed()
+                raise
         notes = self.controller.profile_switched(switched)
         if not self.settings.plain:
             for note in notes:
