@@ -248,18 +248,19 @@ async def test_ab_compare_reruns_without_speculation(settings):
 
 
 async def test_help_lists_every_binding_and_keys_can_be_remapped(settings):
-    settings.keymap.write_text('[keys]\nab_compare = "ctrl+t"\nhelp = "f10"\n')
+    settings.keymap.write_text('[keys]\nab_compare = "f9"\nhelp = "f10"\n')
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         await pilot.press("f10")
         assert isinstance(app.screen, HelpScreen)
         help_text = plain_text(app.screen.query("Static").first())
-        for binding_id in ("cancel", "profiles", "toggle_ghosts", "ab_compare", "send", "newline", "history_previous"):
+        for binding_id in ("cancel", "profiles", "toggle_ghosts", "ab_compare", "send", "newline", "history_previous",
+                           "toggle_speculation", "previous_profile", "draft_longer", "draft_shorter"):
             assert binding_id in help_text
-        assert "ctrl+t" in help_text and "f10" in help_text
+        assert "f9" in help_text and "f10" in help_text
         await pilot.press("escape")
         await ask(pilot, "Say yes.")
-        await pilot.press("ctrl+t")
+        await pilot.press("f9")
         await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
 
 

@@ -104,7 +104,7 @@ def sgr(colour: str) -> str:
 def test_two_turns_with_a_profile_switch_between_them_saved_with_their_colours(repl_settings):
     keys = "Name two planets.\r/profile ngram\rAnd one more?\r" + CTRL_D
     repl, terminal, _ = run_repl(repl_settings, keys)
-    assert "profile ngram: parameters" in terminal  # tiny → ngram drops the drafter: nothing reloads
+    assert "profile ngram: nothing reloaded" in terminal  # tiny → ngram drops the drafter: nothing reloads
     (chat,) = saved_chats(repl_settings.db_path)
     assert [m.content for m in chat if m.role == "user"] == ["Name two planets.", "And one more?"]
     replies = [m for m in chat if m.role == "assistant"]
@@ -151,7 +151,7 @@ def test_slash_commands_complete_and_an_unknown_one_gets_a_did_you_mean(repl_set
     assert complete("hello /pro") == []
     # Tab completes in the prompt itself: "/pro" + Tab, then " basel" + Tab.
     _, terminal, _ = run_repl(repl_settings, "/pro", "\t", " basel", "\t", "\r/ghsts\r" + CTRL_D)
-    assert "profile baseline: parameters" in terminal
+    assert "profile baseline: nothing reloaded" in terminal
     assert "unknown command /ghsts — did you mean /ghosts?" in terminal
 
 

@@ -33,6 +33,10 @@ class BackendError(SpecchatError):
     """A model server cannot be started, reached or understood."""
 
 
+class Refused(SpecchatError):
+    """What was asked cannot be done now; the line says why and what to do."""
+
+
 class SwitchFailed(SpecchatError):
     """A switch failed and the previous backend could not stay: ``backend`` is the one open now (the previous one
     opened again), or None when none could be."""

@@ -23,6 +23,7 @@ from textual.widgets import Static
 
 from ..chats.ab import ABResult
 from ..chats.controller import ChatController, ControllerViews, Exchange, Failure, Switched
+from ..chats.choice import Choice
 from ..chats.records import ReplyRecord, UserTurn
 from ..chats.session import ChatSession
 from ..chats.store import Store, StoreError, open_store
@@ -254,6 +255,9 @@ class SpecchatApp(ControllerViews, App):
     # -- loading -------------------------------------------------------------------------------------------------------
 
     def start_load(self, name: str, draft: Path | None = None) -> None:
+        self.start_switch(Choice(name, draft), f"loading {Path(name).stem}…")
+
+    def start_switch(self, choice: Choice, status: str) -> None:
         if self.busy is not None:  # one job at a time: a message sent between two loads would meet the wrong backend
             why = "a profile is still loading" if self.busy is Activity.LOADING else \
                 "wait for the reply to finish (or press Esc)"
@@ -263,22 +267,44 @@ class SpecchatApp(ControllerViews, App):
 
         def job() -> None:
             try:
-                switched = controller.switch_profile(name, draft)
+                switched = controller.switch(choice)
             except SpecchatError as exc:
                 self.post_message(self.LoadFailed(str(exc)))
                 return
             self.post_message(self.ProfileLoaded(switched))
 
-        self._run(Activity.LOADING, f"loading {Path(name).stem}…", job)
+        self._run(Activity.LOADING, status, job)
+
+    def _toggle(self, make: Callable[[], Choice], status: str) -> None:
+        """A quick toggle: a new choice from the one in use, switched with the least reload."""
+        try:
+            choice = make()
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self.start_switch(choice, status)
+
+    def action_toggle_speculation(self) -> None:
+        self._toggle(self.controller.speculation_toggled, "switching speculation…")
+
+    def action_previous_profile(self) -> None:
+        self._toggle(self.controller.previous_profile, "back to the previous profile…")
+
+    def action_draft_longer(self) -> None:
+        self._toggle(lambda: self.controller.draft_length(1), "a longer draft…")
+
+    def action_draft_shorter(self) -> None:
+        self._toggle(lambda: self.controller.draft_length(-1), "a shorter draft…")
 
     def on_specchat_app_profile_loaded(self, message: ProfileLoaded) -> None:
         self._idle()
         switched = message.switched
+        before = self.controller.choice
         notes = self.controller.profile_switched(switched)
         self._sample_memory()
         settle_garbage()
         if switched.action != "loaded":  # the first load needs no announcement; switches do
-            self.notify(f"profile {switched.profile.name}: {switched.action}")
+            self.notify(switched.announcement(before))
         for note in notes:
             self.notify(note, severity="warning", timeout=15)
         self.refresh_sidebar()
@@ -410,6 +436,12 @@ class SpecchatApp(ControllerViews, App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Profiles", "Switch profile or draft model (F2)", self.action_profiles)
+        yield SystemCommand("Speculation on/off", "Off for the next messages, or back on (Ctrl+T)",
+                            self.action_toggle_speculation)
+        yield SystemCommand("Previous profile", "Back to the profile before the last switch (F4)",
+                            self.action_previous_profile)
+        yield SystemCommand("Draft longer", "One draft token more per step (F6)", self.action_draft_longer)
+        yield SystemCommand("Draft shorter", "One draft token less per step (F5)", self.action_draft_shorter)
         yield SystemCommand("A/B compare", "Rerun the last prompt without speculation", self.action_ab_compare)
         yield SystemCommand("Toggle ghosts", "Show rejected draft tokens", self.action_toggle_ghosts)
         yield SystemCommand("Export chat", "Export this chat to Markdown and JSON", self.action_export)

@@ -51,7 +51,7 @@ class HelpScreen(_Modal):
             key = active.get(binding.id, binding.key)
             table.add_row(key, binding.tooltip or binding.description, binding.id)
         note = Text(f"\nRemap any key in {self.keymap}, e.g.\n", style="dim")
-        note.append('[keys]\nab_compare = "ctrl+t"\n', style="")
+        note.append('[keys]\nab_compare = "f9"\n', style="")
         with Vertical(id="help", classes="dialog"):
             yield Static(table)
             yield Static(note)

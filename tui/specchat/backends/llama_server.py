@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.chat_template import ChatTemplate
-from ..engine.config import EngineConfig, without_speculation
+from ..engine.config import SWITCHED_OFF_BY_HAND, EngineConfig, without_speculation
 from ..engine.conversation import Conversation, Message, as_dicts
 from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
 from ..engine.llama import Model, model_identity
@@ -206,7 +206,8 @@ class LlamaServerBackend:
     def speculation_state(self) -> SpeculationState:
         kind = spec_type(self.config)
         if kind == "none":
-            return SpeculationState(self.config.spec.method, False, "spec type 'none' (plain decoding on the server)")
+            return SpeculationState(self.config.spec.method, False, SWITCHED_OFF_BY_HAND if self.config.spec.off_by_hand
+                                    else "spec type 'none' (plain decoding on the server)")
         return SpeculationState(f"{self.config.spec.method} ({kind})", True)
 
     def apply(self, config: EngineConfig) -> str:

@@ -18,15 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends import Backend, switch_backend
-from ..engine import ModelSpec, ReplyFinished, ReplyStarted
+from ..engine import ReplyFinished, ReplyStarted
 from ..engine.events import Event, SpeculationState
-from ..errors import SpecchatError, SwitchFailed, one_line
+from ..errors import Refused, SwitchFailed, one_line
 from ..figures import DASH
-from ..profiles import Profile, engine_config, load_profile
+from ..profiles import Profile, load_profile
 from ..telemetry.live import LiveTelemetry
 from ..telemetry.memory import peak_rss_bytes
 from ..engine.reference import PlainReference
 from .ab import ABResult, Comparison, conditions_of, refusal
+from .choice import Choice, one_step
 from .export import export
 from .records import INTERRUPTED, ReplyRecord
 from .session import ChatSession, Problem
@@ -34,10 +35,9 @@ from .store import Store
 
 # What a profile switch did that leaves the target as it was (its plain reference still holds).
 SAME_TARGET = ("parameters", "draft reloaded")
-
-
-class Refused(SpecchatError):
-    """What was asked cannot be done now; the line says why and what to do."""
+# What a switch's action means for the user: what was loaded again, and what was kept.
+RELOADS = {"parameters": "nothing reloaded, the target's cache kept",
+           "server restarted": "the server restarted (its cache starts empty)"}
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,24 @@ class BackendFacts:
 class Switched:
     """A profile now in use, and what it took."""
 
+    choice: Choice
     profile: Profile
     action: str  # "loaded", "parameters", "draft reloaded", "full reload", "server restarted", "backend switched", …
     facts: BackendFacts
     reference: PlainReference | None  # measured after the switch; None with ``keep_reference``
     no_reference: str  # why ``reference`` is None when it was measured for
     keep_reference: bool  # the same target with the same sampling: the reference there was still holds
+
+    def announcement(self, before: Choice | None) -> str:
+        """One line for the switch, naming what it changed and what that took."""
+        took = RELOADS.get(self.action, self.action)
+        choice = self.choice
+        if before is not None and before.same_profile == choice.same_profile:
+            if before.speculation_off != choice.speculation_off:
+                return f"speculation {'off, by hand' if choice.speculation_off else 'on again'}: {took}"
+            if before.n_max != choice.n_max:
+                return f"draft length {choice.n_max}: {took}"
+        return f"profile {self.profile.name}: {took}"
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,8 @@ class ChatController:
         self.backend: Backend | None = None
         self.profile: Profile | None = None
         self.facts: BackendFacts | None = None
+        self.choice: Choice | None = None  # what runs now: a profile and the toggles on top of it
+        self.previous: Choice | None = None  # the profile before the last switch to another (previous_profile)
         self.cancel = threading.Event()
         self.closed = False
         self._quit_record: ReplyRecord | None = None
@@ -112,13 +126,14 @@ class ChatController:
     # -- profiles and backends -------------------------------------------------------------------------------------
 
     def switch_profile(self, name: str, draft: Path | None = None) -> Switched:
-        """*Engine thread.* Load a profile (optionally with another draft model) with the least reload: parameters,
-        a draft, the target, a server restart, or another backend altogether. A failed switch keeps what there was."""
-        profile = load_profile(name)
-        config = engine_config(profile)
-        if draft is not None:
-            config = dataclasses.replace(config, draft=ModelSpec(draft, threads=config.target.threads),
-                                         spec=dataclasses.replace(config.spec, method="draft"))
+        """*Engine thread.* Load a profile (optionally with another draft model); see ``switch``."""
+        return self.switch(Choice(name, draft))
+
+    def switch(self, choice: Choice) -> Switched:
+        """*Engine thread.* Run ``choice`` with the least reload: parameters, a draft, the target, a server restart,
+        or another backend altogether. A failed switch keeps what there was."""
+        profile = load_profile(choice.profile)
+        config = choice.config(profile)
         system_prompt = self.session.system_prompt if self.profile is not None else config.system_prompt
         config = dataclasses.replace(config, system_prompt=system_prompt)
         before = self.backend.config if self.backend is not None else None
@@ -132,12 +147,14 @@ class ChatController:
             (config.target, config.kv_cache, config.sampling)  # the same threads and GPU layers too
         reference = None if keep else self.backend.plain_reference()
         no_reference = "" if keep or reference is not None else self.backend.no_reference
-        return Switched(profile, action, BackendFacts.of(self.backend), reference, no_reference, keep)
+        return Switched(choice, profile, action, BackendFacts.of(self.backend), reference, no_reference, keep)
 
     def profile_switched(self, switched: Switched) -> list[str]:
         """The switch's result on screen; returns the notes not shown before, one line each."""
         first = self.profile is None
-        self.profile, self.facts = switched.profile, switched.facts
+        if self.choice is not None and self.choice.same_profile != switched.choice.same_profile:
+            self.previous = self.choice
+        self.choice, self.profile, self.facts = switched.choice, switched.profile, switched.facts
         if first and self.session.id is None and not self.session.turns:
             # The first profile gives a new chat its system prompt; a switch (or a chat opened) keeps the chat's.
             self.session.system_prompt = switched.profile.system_prompt
@@ -151,6 +168,37 @@ class ChatController:
         fresh = [note for note in switched.facts.notes if note not in self._shown_notes]
         self._shown_notes.update(fresh)
         return fresh
+
+    # -- quick toggles: each a new choice made from the one in use (UI thread; ``switch`` it on the engine thread) --
+
+    def _in_use(self) -> Choice:
+        if self.choice is None or self.backend is None:
+            raise Refused(self.why_not_send() or "")
+        return self.choice
+
+    def speculation_toggled(self) -> Choice:
+        """Speculation off for the following messages (the same target decodes plainly, its cache kept), or on."""
+        choice = self._in_use()
+        if not choice.speculation_off and self.backend.config.spec.method == "none":
+            raise Refused(f"profile {self.profile.name} does not speculate (method none) — pick one that does (F2)")
+        return choice.toggled()
+
+    def previous_profile(self) -> Choice:
+        """The profile before the last switch to another one (as ``cd -``), with the toggles it had."""
+        self._in_use()
+        if self.previous is None:
+            raise Refused("no earlier profile in this session yet — switch with F2 (or /profile NAME) first")
+        return self.previous
+
+    def draft_length(self, step: int) -> Choice:
+        """The draft length one token longer (1) or shorter (-1) than the one in use, from the next step."""
+        return self._in_use().with_draft_length(self.backend.config, one_step(self.backend.n_max, step))
+
+    def draft_length_set(self, n_max: int | str) -> Choice:
+        """The draft length set to ``n_max`` tokens, or back to "auto"."""
+        wanted = self._in_use().with_draft_length(self.backend.config, n_max)
+        wanted.config(self.profile)  # an impossible length is refused here, in one line
+        return wanted
 
     def switch_failed(self) -> None:
         """A switch failed (its line is on screen). With nothing open now, nothing of the old backend stays shown."""

@@ -45,6 +45,7 @@ class SpecConfig:
     p_min: float = 0.0
     ngram_min: int = 2
     ngram_max: int = 4
+    off_by_hand: bool = False  # method "none" because the user switched speculation off for a while, not the profile
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -111,6 +112,9 @@ class EngineConfig:
         if self.spec.method == "mtp" and self.backend.kind == "local":
             raise ConfigError("method 'mtp' needs a llama.cpp server (multi-token prediction heads run there, not in"
                               " specchat's own loop) — set [backend] kind = \"llama-server\"")
+
+
+SWITCHED_OFF_BY_HAND = "switched off by hand — Ctrl+T (or /spec on) turns it back on"
 
 
 def without_speculation(config: EngineConfig) -> EngineConfig:

@@ -20,7 +20,7 @@ from .. import paths
 from ..errors import ConfigError
 from .auto import AutoDraftLength, MatchHazards, VerifyCost
 from .chat_template import ChatTemplate
-from .config import DEFAULT_MAX_TOKENS, EngineConfig, SpecConfig
+from .config import DEFAULT_MAX_TOKENS, SWITCHED_OFF_BY_HAND, EngineConfig, SpecConfig
 from .conversation import Conversation, Message
 from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
 from .cpu import ThreadGovernor
@@ -259,7 +259,8 @@ class Engine:
     def speculation_state(self) -> SpeculationState:
         method = self.config.spec.method
         if method == "none":
-            return SpeculationState(method, False, "method is 'none' (plain decoding)")
+            return SpeculationState(method, False, SWITCHED_OFF_BY_HAND if self.config.spec.off_by_hand
+                                    else "method is 'none' (plain decoding)")
         drafter = self.drafter
         if drafter is not None and drafter.blocked:
             return SpeculationState(method, False, drafter.blocked)

@@ -13,8 +13,10 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
 from .. import paths
+from ..chats.choice import Choice
 from ..chats.records import UserTurn
 from ..errors import SpecchatError, one_line
+from ..figures import DASH
 from ..profiles import available_profiles
 
 from .shell import Interrupts
@@ -41,11 +43,40 @@ def _help(repl: Repl, _arg: str) -> None:
 
 def _profile(repl: Repl, name: str) -> None:
     if not name:
-        repl.say(f"profile {repl.profile.name if repl.profile else '–'} — /profile NAME switches (Tab completes)")
+        repl.say(f"profile {repl.profile.name if repl.profile else DASH} — /profile NAME switches (Tab completes),"
+                 " /profile - goes back to the one before")
         return
-    action = repl.load(name)
+    _switched(repl, repl.switch(repl.controller.previous_profile() if name == "-" else Choice(name)))
+
+
+def _switched(repl: Repl, line: str) -> None:
     facts = repl.controller.facts
-    repl.say(f"profile {name}: {action}" + (f" · {facts.where}" if facts else ""), "class:dim")
+    repl.say(line + (f" · {facts.where}" if facts else ""), "class:dim")
+
+
+def _spec(repl: Repl, arg: str) -> None:
+    choice = repl.controller.choice
+    if arg not in ("", "on", "off"):
+        repl.say("usage: /spec [on|off] — speculation on or off for the next messages (alone: toggles)", "class:warn")
+        return
+    if choice is not None and arg == ("off" if choice.speculation_off else "on"):
+        repl.say(f"speculation is {arg} already", "class:dim")
+        return
+    _switched(repl, repl.switch(repl.controller.speculation_toggled()))
+
+
+def _draft(repl: Repl, arg: str) -> None:
+    arg = arg.strip()
+    controller = repl.controller
+    if arg in ("+", "-"):
+        choice = controller.draft_length(1 if arg == "+" else -1)
+    elif arg == "auto" or arg.isdigit():
+        choice = controller.draft_length_set("auto" if arg == "auto" else int(arg))
+    else:
+        repl.say(f"draft length {repl.backend.n_max if repl.backend else DASH} — /draft + or - (one token more or"
+                 " less per step), /draft N, /draft auto", "class:dim")
+        return
+    _switched(repl, repl.switch(choice))
 
 
 def _ghosts(repl: Repl, _arg: str) -> None:
@@ -130,8 +161,12 @@ def _quit(repl: Repl, _arg: str) -> None:
 
 COMMANDS: dict[str, Command] = {
     "/help": Command("/help", "this list", _help),
-    "/profile": Command("/profile NAME", "switch profile, reloading only what changed", _profile,
-                        lambda _repl: sorted(available_profiles())),
+    "/profile": Command("/profile NAME|-", "switch profile (-: the one before), reloading only what changed",
+                        _profile, lambda _repl: sorted(available_profiles())),
+    "/spec": Command("/spec [on|off]", "speculation on or off for the next messages, the target's cache kept",
+                     _spec, lambda _repl: ("on", "off")),
+    "/draft": Command("/draft +|-|N|auto", "the draft length, from the next step", _draft,
+                      lambda _repl: ("+", "-", "auto")),
     "/ghosts": Command("/ghosts", "show rejected draft tokens, struck through", _ghosts),
     "/ab": Command("/ab", "rerun the last prompt without speculation and compare", _ab),
     "/stats": Command("/stats", "the last reply's telemetry in full", _stats),

@@ -31,6 +31,7 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.output import ColorDepth, Output, create_output
 
+from ..chats.choice import Choice
 from ..chats.controller import ChatController, ControllerViews, Failure
 from ..chats.records import INTERRUPTED, ReplyRecord
 from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
@@ -154,11 +155,17 @@ class Repl(ControllerViews):
         return keys
 
     def load(self, name: str) -> str:
-        """Load (or switch to) a profile with the least work; returns what was done. Ctrl+C meanwhile does not end
-        the REPL: a load runs to its end (the previous profile stays on failure)."""
+        """Load (or switch to) a profile with the least work; returns the line that says what it took."""
+        return self.switch(Choice(name))
+
+    def switch(self, choice: Choice) -> str:
+        """Run ``choice`` (a profile, or a toggle of the one in use) with the least work; returns the line that says
+        what it took. Ctrl+C meanwhile does not end the REPL: a load runs to its end (the previous profile stays on
+        failure)."""
+        before = self.controller.choice
         with _Patience() as patience:
             try:
-                switched = self.on_engine(self.controller.switch_profile, name)
+                switched = self.on_engine(self.controller.switch, choice)
             except SpecchatError:
                 self.controller.switch_failed()
                 raise
@@ -168,7 +175,7 @@ class Repl(ControllerViews):
                 self._problem(f"note: {note}", False)
         if patience.interrupted:
             self.say("(Ctrl+C: a profile loads to its end — /profile NAME switches again)", "class:dim")
-        return switched.action
+        return switched.announcement(before)
 
     def on_engine(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``call`` run on the engine thread; its result (or exception) here."""

@@ -1,0 +1,65 @@
+"""What the user chose to run: a profile, perhaps another draft model, and the quick toggles on top of it.
+
+A toggle is a new choice made from the one in use, so it goes through the same switch as a profile picked in F2 and
+reloads only what changed: speculation switched off by hand keeps the target (and its KV cache) and the draft loaded
+in-process, and a new draft length changes from the next step. A llama-server fixes both when it starts, so there a
+toggle restarts the server, and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine import EngineConfig, ModelSpec
+from ..engine.config import without_speculation
+from ..errors import Refused
+from ..profiles import Profile, engine_config
+
+LONGEST_DRAFT = 32  # draft_longer stops here: longer drafts are refused by the verify batches' exactness cap anyway
+
+
+@dataclass(frozen=True)
+class Choice:
+    profile: str  # a profile's name or path
+    draft: Path | None = None  # another draft model for the profile's target (F2's draft list)
+    speculation_off: bool = False  # switched off by hand: the same target decodes plainly
+    n_max: int | str | None = None  # the draft length set live ("auto" or tokens); None: the profile's
+
+    def config(self, profile: Profile) -> EngineConfig:
+        """The configuration this choice means for ``profile`` (the one its name loads)."""
+        config = engine_config(profile)
+        if self.draft is not None:
+            config = dataclasses.replace(config, draft=ModelSpec(self.draft, threads=config.target.threads),
+                                         spec=dataclasses.replace(config.spec, method="draft"))
+        if self.n_max is not None:
+            n_min = config.spec.n_min if self.n_max == "auto" else min(config.spec.n_min, int(self.n_max))
+            config = dataclasses.replace(config, spec=dataclasses.replace(config.spec, n_max=self.n_max, n_min=n_min))
+        if self.speculation_off:
+            config = without_speculation(config)
+            config = dataclasses.replace(config, spec=dataclasses.replace(config.spec, off_by_hand=True))
+        return config
+
+    @property
+    def same_profile(self) -> tuple[str, Path | None]:
+        """What ``previous_profile`` compares: the toggles are not a profile of their own."""
+        return self.profile, self.draft
+
+    def toggled(self) -> Choice:
+        return dataclasses.replace(self, speculation_off=not self.speculation_off)
+
+    def with_draft_length(self, config: EngineConfig, n_max: int | str) -> Choice:
+        """This choice drafting ``n_max`` tokens a step ("auto": the cost model's choice); ``config`` is what runs
+        now. Refused where no draft is made here."""
+        if self.speculation_off or config.spec.method == "none":
+            raise Refused("no draft length to change: speculation is off — Ctrl+T (or /spec on) turns it on")
+        if config.backend.kind == "remote":
+            raise Refused("a remote server drafts the length it was started with — change it on the server")
+        return dataclasses.replace(self, n_max=n_max)
+
+
+def one_step(in_use: int, step: int) -> int:
+    """The draft length one token longer (``step`` 1) or shorter (-1) than the one in use (from "auto": the length
+    it chose last), within 1..LONGEST_DRAFT."""
+    return min(max((in_use or 1) + step, 1), LONGEST_DRAFT)
