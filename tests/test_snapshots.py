@@ -67,8 +67,21 @@ def test_finished_as_markdown(snap_compare, tmp_path):
     assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, run_before=replay(finished=True), press=["f3"])
 
 
+async def picker_settled(pilot) -> None:
+    """F2, then until the picker has looked for every profile's models and for drafts (threads of its own)."""
+    from specchat.app.screens import ProfileScreen
+
+    await pilot.press("f2")
+    for _ in range(200):
+        screen = pilot.app.screen
+        if isinstance(screen, ProfileScreen) and screen.absent is not None and screen.drafts_listed:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause()
+
+
 def test_profile_picker(snap_compare, tmp_path):
-    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, press=["f2"])
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, run_before=picker_settled)
 
 
 def test_help(snap_compare, tmp_path):

@@ -40,6 +40,7 @@ def test_speculation_off_and_on_by_hand_then_a_longer_draft_then_back(kind, tmp_
         assert switched.announcement(before) == f"speculation off, by hand: {TOOK[kind]}"
         state = controller.facts.speculation
         assert not state.active and state.reason == SWITCHED_OFF_BY_HAND
+        assert controller.telemetry.chat.drafted > 0  # a toggle keeps the chat's counters (a profile switch resets)
         off = ask(controller, TURNS[1])
         same(off, expected[1])
         assert off.stats["drafted"] == 0 and off.stats["method"] == "none"
@@ -66,20 +67,22 @@ def test_speculation_off_and_on_by_hand_then_a_longer_draft_then_back(kind, tmp_
         controller.close()
 
 
-def test_previous_profile_goes_back_with_its_toggles(tmp_path):
+def test_previous_profile_goes_back_with_its_toggles():
     from pathlib import Path
 
     controller = controller_for(Path(__file__).parents[1] / "profiles" / "tiny.toml")
     try:
         controller.profile_switched(controller.switch(controller.draft_length(-1)))  # tiny, 3 tokens a step
+        controller.profile_switched(controller.switch(controller.speculation_toggled()))  # and off by hand
         controller.profile_switched(controller.switch_profile("ngram"))
-        assert controller.facts.method == "ngram"
-        back = controller.previous_profile()
-        controller.profile_switched(controller.switch(back))
-        assert controller.profile.name == "tiny" and controller.facts.method == "draft" and controller.facts.n_max == 3
-        # and F4 again: back to ngram, as `cd -` does
+        assert controller.facts.method == "ngram" and controller.facts.adaptive
         controller.profile_switched(controller.switch(controller.previous_profile()))
-        assert controller.profile.name == "ngram"
+        assert controller.profile.name == "tiny" and controller.choice.n_max == 3 and controller.choice.speculation_off
+        assert not controller.facts.speculation.active and controller.facts.speculation.reason == SWITCHED_OFF_BY_HAND
+        # and F4 again: back to ngram, as `cd -` does; from "auto" having drafted nothing yet, F6 drafts 1 token
+        controller.profile_switched(controller.switch(controller.previous_profile()))
+        assert controller.profile.name == "ngram" and controller.backend.n_max == 0
+        assert controller.draft_length(1).n_max == 1
     finally:
         controller.close()
 
@@ -87,16 +90,37 @@ def test_previous_profile_goes_back_with_its_toggles(tmp_path):
 def test_what_cannot_be_toggled_says_why_in_one_line(tmp_path, llama_server, servers):
     from pathlib import Path
 
-    controller = controller_for(Path(__file__).parents[1] / "profiles" / "baseline.toml")
+    profiles = Path(__file__).parents[1] / "profiles"
+    controller = controller_for(profiles / "baseline.toml")
     try:
         with pytest.raises(Refused, match="does not speculate"):
             controller.speculation_toggled()
-        with pytest.raises(Refused, match="speculation is off"):
+        with pytest.raises(Refused, match="this profile does not speculate"):
+            controller.draft_length(1)
+    finally:
+        controller.close()
+    controller = controller_for(profiles / "tiny.toml")
+    try:
+        with pytest.raises(Refused, match="the draft length is 4 already"):
+            controller.draft_length_set(4)
+        with pytest.raises(Refused, match="a draft length is 1 to 64 tokens, not 100"):
+            controller.draft_length_set(100)
+        controller.profile_switched(controller.switch(controller.draft_length_set(1)))
+        with pytest.raises(Refused, match="the draft length is 1 already"):
+            controller.draft_length(-1)
+        # A reply decoded with speculation off by hand: A/B would compare plain decoding with itself.
+        controller.profile_switched(controller.switch(controller.speculation_toggled()))
+        ask(controller, "Name a colour.")
+        with pytest.raises(Refused, match="decoded without speculation"):
+            controller.compare()
+        with pytest.raises(Refused, match="switched off by hand"):
             controller.draft_length(1)
     finally:
         controller.close()
     controller = controller_for(write_profile(tmp_path, "remote-llama", binary=llama_server, servers=servers))
     try:
+        with pytest.raises(Refused, match="cannot be switched off from here"):
+            controller.speculation_toggled()  # it would only reconnect, and the server would go on drafting
         with pytest.raises(Refused, match="a remote server drafts the length it was started with"):
             controller.draft_length(1)
     finally:
@@ -160,3 +184,89 @@ def test_the_commands_in_the_repl(kind, tmp_path, llama_server, servers):
     assert replies[0].stats["drafted"] == 0 and replies[1].stats["drafted"] > 0 and replies[1].stats["n_max"] == 5
     assert repl.profile.name == profile.stem and repl.controller.choice.n_max == "auto"  # /profile - came back
     assert "specchat:" not in text, text
+
+
+def test_spec_on_for_a_profile_that_does_not_speculate_says_so(tmp_path):
+    from test_repl import CTRL_D, run_repl
+
+    from specchat.repl.shell import ReplSettings
+
+    settings = ReplSettings("baseline", max_tokens=8, color=False)
+    _, _, text = run_repl(settings, "/spec on\r", "/spec off\r", "/draft +\r", CTRL_D)
+    assert text.count("specchat: profile baseline does not speculate (method none)") == 2, text
+    assert "specchat: no draft length to change: this profile does not speculate" in text
+
+
+def test_favourites_are_read_from_the_settings_file_and_bad_ones_say_why(tmp_path):
+    from specchat.errors import ConfigError
+    from specchat.profiles.favourites import favourite, load_favourites
+
+    path = tmp_path / "settings.toml"
+    assert load_favourites(path) == []
+    path.write_text('[favourites]\nprofiles = ["ngram", " tiny "]\n')
+    assert load_favourites(path) == ["ngram", "tiny"] and favourite(path, 2) == "tiny"
+    with pytest.raises(ConfigError, match=r"no favourite 3: it names 2 — list up to 9 profiles"):
+        favourite(path, 3)
+    for text, problem in (("[favourites\n", "cannot read the settings"), ('[favourites]\nprofiles = "ngram"\n',
+                          "must be a list of profile names"), (f"[favourites]\nprofiles = {['tiny'] * 10}\n".replace(
+                          "'", '"'), "names 10 profiles, and there are keys for 9")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=problem):
+            load_favourites(path)
+
+
+async def test_favourite_keys_in_the_app(tmp_path, settings):
+    from test_app import SIZE, wait_until
+
+    from specchat.app.chat_app import make_app
+
+    settings.settings_file = tmp_path / "settings.toml"
+    settings.settings_file.write_text('[favourites]\nprofiles = ["ngram", "tiny"]\n')
+    settings.profile = "tiny"
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        await pilot.press("alt+1")
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
+        assert app.controller.facts.method == "ngram"
+        await pilot.press("alt+3")
+        await pilot.pause(0.2)
+        assert any("no favourite 3: it names 2" in str(n.message) for n in app._notifications)
+        await pilot.press("alt+2")
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "tiny")
+
+
+def test_favourites_in_the_repl(tmp_path):
+    from test_repl import CTRL_D, run_repl
+
+    from specchat.repl.shell import ReplSettings
+
+    favourites = tmp_path / "settings.toml"
+    favourites.write_text('[favourites]\nprofiles = ["ngram"]\n')
+    settings = ReplSettings("tiny", max_tokens=8, color=False, settings_file=favourites)
+    repl, _, text = run_repl(settings, "/fav\r", "/fav 1\r", "/fav 2\r", CTRL_D)
+    assert "  1  ngram" in text and "profile ngram: " in text and repl.profile.name == "ngram"
+    assert "specchat: no favourite 2: it names 1" in text
+
+
+async def test_the_profile_picker_filters_as_you_type_and_marks_models_not_here(settings):
+    from test_app import SIZE, ready, wait_until
+
+    from specchat.app.chat_app import make_app
+    from specchat.app.screens import ProfileScreen
+
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, ProfileScreen) and app.screen.absent is not None)
+        listing = app.screen.query_one("#profile-list")
+        options = {listing.get_option_at_index(i).id: listing.get_option_at_index(i) for i in range(listing.option_count)}
+        qwen = options["profile:qwen3-8b-1.7b"]
+        assert qwen.disabled and "not on this machine: Qwen3-8B-Q4_K_M.gguf" in str(qwen.prompt)  # before Enter
+        assert not options["profile:ngram"].disabled and "in-process" in str(options["profile:ngram"].prompt)
+        assert "llama-server" in str(options["profile:server-tiny"].prompt)
+        await pilot.press(*"ngram in-pro")  # every word typed must match: server-ngram-simple runs in llama-server
+        await wait_until(pilot, lambda: listing.option_count == 1)
+        assert listing.get_option_at_index(0).id == "profile:ngram"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")

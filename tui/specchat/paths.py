@@ -35,6 +35,11 @@ def keymap_file() -> Path:
     return config_dir() / "keymap.toml"
 
 
+def settings_file() -> Path:
+    """Settings that are not keys or profiles (the favourite profiles)."""
+    return config_dir() / "settings.toml"
+
+
 def chats_db() -> Path:
     return data_dir() / "chats.sqlite3"
 

@@ -29,6 +29,7 @@ from ..chats.session import ChatSession
 from ..chats.store import Store, StoreError, open_store
 from ..errors import SpecchatError, one_line
 from ..profiles import Profile, load_profile
+from ..profiles.favourites import favourite
 from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
 from .keymap import APP_BINDINGS, load_keymap
 from .terminal_input import tolerate_invalid_utf8
@@ -289,6 +290,14 @@ class SpecchatApp(ControllerViews, App):
 
     def action_previous_profile(self) -> None:
         self._toggle(self.controller.previous_profile, "back to the previous profile…")
+
+    def action_favourite(self, number: int) -> None:
+        try:
+            name = favourite(self.settings.settings_file, number)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="warning", timeout=10)
+            return
+        self.start_load(name)
 
     def action_draft_longer(self) -> None:
         self._toggle(lambda: self.controller.draft_length(1), "a longer draft…")

@@ -17,7 +17,8 @@ from textual.widgets import Button, Input, Label, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from ..errors import SpecchatError
-from ..profiles import available_profiles, load_profile
+from ..profiles import Profile, available_profiles, load_profile
+from ..profiles.presence import absent_models
 from ..chats.store import Store, StoreError
 from ..chats.ab import ABResult
 from .keymap import ALL_BINDINGS
@@ -47,7 +48,16 @@ class HelpScreen(_Modal):
         table.add_column("does")
         table.add_column("id", style="dim")
         active = {b.binding.id: key for key, b in self.app.screen_stack[0].active_bindings.items() if b.binding.id}
+        favourites = [b for b in ALL_BINDINGS if (b.id or "").startswith("favourite_")]
         for binding in ALL_BINDINGS:
+            if binding in favourites[1:]:
+                continue
+            if binding is favourites[0]:  # nine keys of one kind: one row
+                keys = [active.get(b.id, b.key) for b in favourites]
+                as_made = keys == [b.key for b in favourites]  # alt+1 … alt+9, or the keys a keymap gave them
+                table.add_row(f"{keys[0]} … {keys[-1]}" if as_made else " ".join(keys), Text("Favourite profiles 1–9 ([favourites] profiles = [...] in settings.toml)"),
+                              f"{favourites[0].id} … {favourites[-1].id}")
+                continue
             key = active.get(binding.id, binding.key)
             table.add_row(key, binding.tooltip or binding.description, binding.id)
         note = Text(f"\nRemap any key in {self.keymap}, e.g.\n", style="dim")
@@ -58,36 +68,98 @@ class HelpScreen(_Modal):
 
 
 class ProfileScreen(_Modal):
-    """Pick a profile, or a draft for the current target (compatible drafts first, each other one with its reason)."""
+    """Pick a profile (type to filter; each with its method and backend, and marked when its models are not on this
+    machine), or a draft for the current target (compatible drafts first, each other one with its reason)."""
+
+    BINDINGS = CLOSE + [Binding("down", "move(1)", show=False), Binding("up", "move(-1)", show=False)]
 
     def __init__(self, target: Path | None, current: str | None) -> None:
         super().__init__()
         self.target = target
         self.current = current
-
-    def compose(self) -> ComposeResult:
-        options: list[Option] = []
+        self.profiles: list[tuple[str, Profile | None, str]] = []  # name, profile, why it cannot be loaded
         for name in available_profiles():
             try:
-                profile = load_profile(name)
-                label = Text.assemble((f"{name:<20}", "bold"), f"{profile.values['draft']['method']:<7}",
-                                      (profile.description, "dim"))
+                self.profiles.append((name, load_profile(name), ""))
             except SpecchatError as exc:
-                label = Text.assemble((name, "bold"), ("  invalid: " + str(exc), "red"))
-            if name == self.current:
-                label.append("  ← current", style="green")
-            options.append(Option(label, id=f"profile:{name}"))
+                self.profiles.append((name, None, f"invalid: {exc}"))
+        self.absent: dict[str, str] | None = None  # name → what of its models is missing; None while looking
+        self.drafts_listed = False
+        self.wanted = ""
+
+    def compose(self) -> ComposeResult:
         with Vertical(id="profiles", classes="dialog"):
-            yield Label("Profiles — Enter switches; only what changed reloads")
-            yield OptionList(*options, id="profile-list")
+            yield Label("Profiles — type to filter, Enter switches; only what changed reloads")
+            yield Input(placeholder="filter: a name, a method, a backend", id="profile-filter")
+            yield OptionList(*self._profile_options(), id="profile-list")
             yield Label("Drafts for the current target")
             yield OptionList(Option(Text("looking through your model folders…", style="dim"), disabled=True),
                              id="draft-list")
 
+    def _profile_options(self) -> list[Option]:
+        options = []
+        for name, profile, problem in self.profiles:
+            backend = profile.backend_kind.replace("local", "in-process") if profile else ""
+            shown = f"{name} {profile.method if profile else ''} {backend} {profile.description if profile else ''}"
+            if not all(word in shown.lower() for word in self.wanted.lower().split()):  # every word typed
+                continue
+            problem = problem or (self.absent or {}).get(name, "")
+            if profile is None:
+                label = Text.assemble((name, "bold"), ("  " + problem, "red"))
+            else:
+                label = Text.assemble((f"{name:<20}", "bold"), f"{profile.method:<6} ", (f"{backend:<13}", "cyan"),
+                                      (profile.description, "dim"))
+                if problem:
+                    label.append(f"  ✗ {problem}", style="red")
+            if name == self.current:
+                label.append("  ← current", style="green")
+            options.append(Option(label, id=f"profile:{name}", disabled=bool(problem)))
+        return options or [Option(Text(f"no profile matches {self.wanted!r}", style="dim"), disabled=True)]
+
+    def _show_profiles(self) -> None:
+        listing = next(iter(self.query("#profile-list").results(OptionList)), None)
+        if listing is None:  # closing
+            return
+        highlighted = listing.highlighted_option.id if listing.highlighted_option is not None else None
+        listing.clear_options()
+        listing.add_options(self._profile_options())
+        ids = [listing.get_option_at_index(i).id for i in range(listing.option_count)]
+        listing.highlighted = ids.index(highlighted) if highlighted in ids else 0
+
+    @on(Input.Changed, "#profile-filter")
+    def filter_changed(self, event: Input.Changed) -> None:
+        self.wanted = event.value.strip()
+        self._show_profiles()
+
+    @on(Input.Submitted, "#profile-filter")
+    def filter_submitted(self, _event: Input.Submitted) -> None:
+        """Enter in the filter chooses the highlighted profile, as Enter in the list does."""
+        option = self.query_one("#profile-list", OptionList).highlighted_option
+        if option is not None and not option.disabled and option.id:
+            self.dismiss(("profile", option.id.partition(":")[2]))
+
+    def action_move(self, step: int) -> None:
+        listing = self.query_one("#profile-list", OptionList)
+        if step > 0:
+            listing.action_cursor_down()
+        else:
+            listing.action_cursor_up()
+
+    @work(thread=True, exclusive=True, group="models")
+    def _check_models(self) -> None:
+        """Whether each profile's models are here: a look through the model folders, never on the UI thread."""
+        absent = {name: absent_models(profile) for name, profile, _ in self.profiles if profile is not None}
+        self.app.call_from_thread(self._models_checked, absent)
+
+    def _models_checked(self, absent: dict[str, str]) -> None:
+        self.absent = absent
+        self._show_profiles()
+
     def on_mount(self) -> None:
+        self._check_models()
         self._find_drafts()
 
-    @work(thread=True, exclusive=True)
+    @work(thread=True, exclusive=True, group="drafts")
     def _find_drafts(self) -> None:
         """Reading every GGUF's vocabulary takes a while with many models: never on the UI thread."""
         drafts = self._drafts()
@@ -99,6 +171,7 @@ class ProfileScreen(_Modal):
             return
         listing.clear_options()
         listing.add_options(drafts)
+        self.drafts_listed = True
 
     def _drafts(self) -> list[Option]:
         if self.target is None:

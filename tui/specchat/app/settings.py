@@ -22,6 +22,7 @@ class Settings:
     profile: str = DEFAULT_PROFILE
     db_path: Path | None = field(default_factory=paths.chats_db)  # None: keep chats in memory only
     keymap: Path = field(default_factory=paths.keymap_file)
+    settings_file: Path = field(default_factory=paths.settings_file)  # the favourite profiles
     exports: Path = field(default_factory=paths.exports_dir)
     autoload: bool = True  # load the profile's models at start (snapshot tests replay recorded events instead)
     resume: bool = True  # reopen the most recent conversation

@@ -38,6 +38,9 @@ def refusal(record: ReplyRecord | None, config: EngineConfig, target_id: str) ->
     """Why the last reply cannot be compared now, as one line; None when it can."""
     if record is None or record.stats is None:
         return "A/B needs a finished reply to compare — ask something first"
+    if record.stats.get("method") == "none":
+        return ("this reply was decoded without speculation: A/B would compare plain decoding with itself — turn"
+                " speculation on (Ctrl+T, /spec on), regenerate it (Ctrl+R, /retry), then compare")
     if record.finish_reason not in FINISHED_BY_ITSELF:
         return (f"A/B compares a reply that finished by itself, and this one was {record.finish_reason} —"
                 " regenerate it (Ctrl+R, /retry), then compare")

@@ -17,7 +17,7 @@ from ..engine.config import without_speculation
 from ..errors import Refused
 from ..profiles import Profile, engine_config
 
-LONGEST_DRAFT = 32  # draft_longer stops here: longer drafts are refused by the verify batches' exactness cap anyway
+LONGEST_DRAFT = 64  # the longest draft "auto" considers (n-grams); the verify batches' exactness cap may cut it
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,21 @@ class Choice:
     def with_draft_length(self, config: EngineConfig, n_max: int | str) -> Choice:
         """This choice drafting ``n_max`` tokens a step ("auto": the cost model's choice); ``config`` is what runs
         now. Refused where no draft is made here."""
-        if self.speculation_off or config.spec.method == "none":
-            raise Refused("no draft length to change: speculation is off — Ctrl+T (or /spec on) turns it on")
+        if self.speculation_off:
+            raise Refused("no draft length to change: speculation is switched off by hand — Ctrl+T (app) or /spec on"
+                          " (REPL) first")
+        if config.spec.method == "none":
+            raise Refused("no draft length to change: this profile does not speculate (method none)")
         if config.backend.kind == "remote":
             raise Refused("a remote server drafts the length it was started with — change it on the server")
+        if isinstance(n_max, int) and not 1 <= n_max <= LONGEST_DRAFT:
+            raise Refused(f"a draft length is 1 to {LONGEST_DRAFT} tokens, not {n_max}")
+        if n_max == (self.n_max if self.n_max is not None else config.spec.n_max):
+            raise Refused(f"the draft length is {n_max} already")
         return dataclasses.replace(self, n_max=n_max)
 
 
 def one_step(in_use: int, step: int) -> int:
     """The draft length one token longer (``step`` 1) or shorter (-1) than the one in use (from "auto": the length
     it chose last), within 1..LONGEST_DRAFT."""
-    return min(max((in_use or 1) + step, 1), LONGEST_DRAFT)
+    return min(max(in_use + step, 1), LONGEST_DRAFT)

@@ -34,7 +34,7 @@ from .session import ChatSession, Problem
 from .store import Store
 
 # What a profile switch did that leaves the target as it was (its plain reference still holds).
-SAME_TARGET = ("parameters", "draft reloaded")
+SAME_TARGET = ("parameters", "draft reloaded", "server restarted")
 # What a switch's action means for the user: what was loaded again, and what was kept.
 RELOADS = {"parameters": "nothing reloaded, the target's cache kept",
            "server restarted": "the server restarted (its cache starts empty)"}
@@ -49,14 +49,17 @@ class BackendFacts:
     method: str
     speculation: SpeculationState
     n_max: int
+    adaptive: bool  # n_max is "auto"'s last choice
     notes: tuple[str, ...]
     rejected_tails: bool
     model_bytes: dict[str, int]
 
     @staticmethod
     def of(backend: Backend) -> BackendFacts:
-        return BackendFacts(backend.where, backend.pid, backend.config.spec.method, backend.speculation_state(),
-                            backend.n_max, tuple(backend.notes), backend.rejected_tails,
+        spec = backend.config.spec  # "auto" is specchat's own loop: a llama-server drafts a fixed length
+        adaptive = spec.adaptive and spec.method != "none" and backend.config.backend.kind == "local"
+        return BackendFacts(backend.where, backend.pid, spec.method, backend.speculation_state(), backend.n_max,
+                            adaptive, tuple(backend.notes), backend.rejected_tails,
                             {role: path.stat().st_size for role, path in backend.model_files().items()})
 
 
@@ -145,26 +148,32 @@ class ChatController:
             raise
         keep = action in SAME_TARGET and before is not None and (before.target, before.kv_cache, before.sampling) == \
             (config.target, config.kv_cache, config.sampling)  # the same threads and GPU layers too
-        reference = None if keep else self.backend.plain_reference()
+        # A server restarted for the same target (a toggle) is measured again when it decodes plainly, and keeps the
+        # reference it had otherwise.
+        reference = None if keep and action != "server restarted" else self.backend.plain_reference()
         no_reference = "" if keep or reference is not None else self.backend.no_reference
         return Switched(choice, profile, action, BackendFacts.of(self.backend), reference, no_reference, keep)
 
     def profile_switched(self, switched: Switched) -> list[str]:
         """The switch's result on screen; returns the notes not shown before, one line each."""
         first = self.profile is None
-        if self.choice is not None and self.choice.same_profile != switched.choice.same_profile:
-            self.previous = self.choice
+        previous = self.choice
+        if previous is not None and previous.same_profile != switched.choice.same_profile:
+            self.previous = previous
         self.choice, self.profile, self.facts = switched.choice, switched.profile, switched.facts
         if first and self.session.id is None and not self.session.turns:
             # The first profile gives a new chat its system prompt; a switch (or a chat opened) keeps the chat's.
             self.session.system_prompt = switched.profile.system_prompt
         self.session.set_profile(switched.profile.name)
-        if not switched.keep_reference:  # measured on another target or sampling, a reference means nothing here
+        if switched.reference is not None or not switched.keep_reference:
+            # Measured on another target or sampling, a reference means nothing here.
             self.telemetry.reference = switched.reference
             self.telemetry.unmeasured = switched.no_reference
-        self.telemetry.reset_chat()
+        if previous is None or previous.same_profile != switched.choice.same_profile:
+            self.telemetry.reset_chat()  # the chat's counters are per profile; a toggle keeps them
         self.telemetry.speculation = switched.facts.speculation
         self.telemetry.n_max = switched.facts.n_max
+        self.telemetry.adaptive = switched.facts.adaptive
         fresh = [note for note in switched.facts.notes if note not in self._shown_notes]
         self._shown_notes.update(fresh)
         return fresh
@@ -179,6 +188,9 @@ class ChatController:
     def speculation_toggled(self) -> Choice:
         """Speculation off for the following messages (the same target decodes plainly, its cache kept), or on."""
         choice = self._in_use()
+        if self.backend.config.backend.kind == "remote":
+            raise Refused("speculation on a server specchat does not start cannot be switched off from here — start"
+                          " it with [backend] kind = \"llama-server\", or pick a profile without speculation")
         if not choice.speculation_off and self.backend.config.spec.method == "none":
             raise Refused(f"profile {self.profile.name} does not speculate (method none) — pick one that does (F2)")
         return choice.toggled()

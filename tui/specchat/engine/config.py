@@ -114,7 +114,7 @@ class EngineConfig:
                               " specchat's own loop) — set [backend] kind = \"llama-server\"")
 
 
-SWITCHED_OFF_BY_HAND = "switched off by hand — Ctrl+T (or /spec on) turns it back on"
+SWITCHED_OFF_BY_HAND = "switched off by hand — Ctrl+T in the app, /spec on in the REPL, turns it back on"
 
 
 def without_speculation(config: EngineConfig) -> EngineConfig:

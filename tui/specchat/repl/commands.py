@@ -18,6 +18,7 @@ from ..chats.records import UserTurn
 from ..errors import SpecchatError, one_line
 from ..figures import DASH
 from ..profiles import available_profiles
+from ..profiles.favourites import favourite, load_favourites
 
 from .shell import Interrupts
 
@@ -59,10 +60,26 @@ def _spec(repl: Repl, arg: str) -> None:
     if arg not in ("", "on", "off"):
         repl.say("usage: /spec [on|off] — speculation on or off for the next messages (alone: toggles)", "class:warn")
         return
-    if choice is not None and arg == ("off" if choice.speculation_off else "on"):
+    speculating = repl.backend is not None and repl.backend.config.spec.method != "none"
+    if choice is not None and (arg == "off" and choice.speculation_off or arg == "on" and speculating):
         repl.say(f"speculation is {arg} already", "class:dim")
-        return
+        return  # "on" for a profile that does not speculate is refused, with its reason, below
     _switched(repl, repl.switch(repl.controller.speculation_toggled()))
+
+
+def _fav(repl: Repl, arg: str) -> None:
+    if not arg.strip():
+        names = load_favourites(repl.settings.settings_file)
+        for number, name in enumerate(names, 1):
+            repl.say(f"  {number}  {name}")
+        repl.say("/fav N switches to favourite N" if names else
+                 f"no favourites yet — list profiles as [favourites] profiles = [...] in {repl.settings.settings_file}",
+                 "class:dim")
+        return
+    if not arg.strip().isdigit():
+        repl.say("usage: /fav [N] — the favourite profiles, or switch to favourite N", "class:warn")
+        return
+    _switched(repl, repl.load(favourite(repl.settings.settings_file, int(arg))))
 
 
 def _draft(repl: Repl, arg: str) -> None:
@@ -163,10 +180,11 @@ COMMANDS: dict[str, Command] = {
     "/help": Command("/help", "this list", _help),
     "/profile": Command("/profile NAME|-", "switch profile (-: the one before), reloading only what changed",
                         _profile, lambda _repl: sorted(available_profiles())),
-    "/spec": Command("/spec [on|off]", "speculation on or off for the next messages, the target's cache kept",
+    "/spec": Command("/spec [on|off]", "speculation off for the next messages, or on again (the same target)",
                      _spec, lambda _repl: ("on", "off")),
     "/draft": Command("/draft +|-|N|auto", "the draft length, from the next step", _draft,
                       lambda _repl: ("+", "-", "auto")),
+    "/fav": Command("/fav [N]", "the favourite profiles ([favourites] in settings.toml), or switch to one", _fav),
     "/ghosts": Command("/ghosts", "show rejected draft tokens, struck through", _ghosts),
     "/ab": Command("/ab", "rerun the last prompt without speculation and compare", _ab),
     "/stats": Command("/stats", "the last reply's telemetry in full", _stats),

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -31,6 +31,7 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.output import ColorDepth, Output, create_output
 
+from .. import paths
 from ..chats.choice import Choice
 from ..chats.controller import ChatController, ControllerViews, Failure
 from ..chats.records import INTERRUPTED, ReplyRecord
@@ -56,6 +57,7 @@ class ReplSettings:
     db_path: Path | None = None  # None: chats in memory only
     history_path: Path | None = None  # None: prompt history in memory only
     max_tokens: int = 1024
+    settings_file: Path = field(default_factory=paths.settings_file)  # the favourite profiles
 
 
 _DONE = object()

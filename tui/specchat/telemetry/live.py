@@ -40,6 +40,7 @@ class LiveTelemetry:
     chat: ReplyStats = field(default_factory=ReplyStats)  # the same counters over this chat
     spark: deque[float] = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
     n_max: int = 0
+    adaptive: bool = False  # the draft length is "auto"'s choice (n_max is the one it made last)
     generating: bool = False
     reply_tokens: int = 0
     reply_tps: float | None = None  # decode rate of the last finished reply

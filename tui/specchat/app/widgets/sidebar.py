@@ -79,7 +79,9 @@ class Sidebar(TextLines, ScrollView):
         spec = t.speculation
         head = Text()
         head.append(f"{profile.name}\n", style="bold")
-        head.append(f"method {profile.method}" + (f" · draft length {t.n_max}" if t.n_max else "") + "\n")
+        length = (" · draft length auto" + (f" ({t.n_max} now)" if t.n_max else "")) if t.adaptive else \
+            (f" · draft length {t.n_max}" if t.n_max else "")
+        head.append(f"method {profile.method}{length}\n")
         if profile.where:
             head.append(profile.where + "\n", style="dim")
         if profile.status:

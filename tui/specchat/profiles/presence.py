@@ -1,0 +1,21 @@
+"""Whether a profile's models are on this machine — asked before it is chosen, so the picker can say so instead of
+the load failing after Enter. Only looks (paths and the model folders); nothing is loaded or derived."""
+
+from __future__ import annotations
+
+from .models import EMBEDDED, locate
+from .schema import Profile, model_base
+
+
+def absent_models(profile: Profile) -> str:
+    """What of the profile's models this machine lacks, one line; "" when it has them all. A remote server holds its
+    own models (a local copy of its target only tokenizes)."""
+    if profile.backend_kind == "remote":
+        return ""
+    wanted = [("target", profile.values["target"]["model"])]
+    if profile.method == "draft":
+        wanted.append(("draft", profile.values["draft"]["model"]))
+    base = model_base(profile)
+    missing = [reference for _role, reference in wanted
+               if reference and reference not in EMBEDDED and locate(reference, base).path is None]
+    return f"not on this machine: {', '.join(missing)}" if missing else ""
