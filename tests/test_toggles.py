@@ -270,3 +270,59 @@ async def test_the_profile_picker_filters_as_you_type_and_marks_models_not_here(
         assert listing.get_option_at_index(0).id == "profile:ngram"
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
+
+
+# -- a first screen that says what to do ---------------------------------------------------------------------------
+
+
+def test_the_advice_when_speculation_is_slower():
+    """The reason is read from what the screen shows; each rule once, on given figures."""
+    from specchat.chats.advice import advice
+    from specchat.profiles import load_profile
+
+    tiny, ngram = load_profile("tiny"), load_profile("ngram")
+    sizes = {"target": 100_000_000, "draft": 60_000_000}
+    assert advice(None, True, 0.5, tiny, sizes) is None  # nothing measured: nothing to say
+    assert advice(1.2, True, 0.5, tiny, sizes) is None  # faster than plain
+    assert advice(0.5, False, None, tiny, sizes) is None  # slower, but not speculating
+    same_size = advice(0.5, True, 0.9, tiny, sizes)
+    assert same_size.why == "the draft (60 MB) costs about as much to run as the target (100 MB) saves"
+    assert (same_size.suggestion, same_size.does) == ("ngram", "drafts from the chat itself, no second model")
+    rejected = advice(0.5, True, 0.3, tiny, {"target": 100_000_000, "draft": 10_000_000})
+    assert rejected.why == "only 30% of the drafted tokens are accepted"
+    costly = advice(0.9, True, 0.8, ngram, {"target": 100_000_000})
+    assert costly.why == "a verify step costs more here than its accepted drafts save"
+    assert (costly.suggestion, costly.does) == ("baseline", "plain decoding")
+
+
+async def test_the_app_says_why_speculation_loses_and_one_key_switches(settings):
+    from test_app import SIZE, ask as ask_in_app, ready, wait_until
+
+    from specchat.app.chat_app import make_app
+
+    settings.max_tokens = 48
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await ask_in_app(pilot, "Write two sentences about the sea.")
+        shown = " ".join(app.sidebar.plain.split())
+        if app.telemetry.speedup() >= 1:  # the same-size pair won on this machine: then nothing is to be advised
+            assert "slower than plain" not in shown
+            return
+        assert "⚠ slower than plain" in shown and "costs about as much to run as the target" in shown
+        assert "f7: ngram (drafts from the chat itself, no second model)" in shown
+        await pilot.press("f7")
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
+
+
+def test_the_repl_says_why_once_a_profile(tmp_path):
+    from test_repl import CTRL_D, run_repl
+
+    from specchat.repl.shell import ReplSettings
+
+    settings = ReplSettings("tiny", max_tokens=48, color=False)
+    repl, _, text = run_repl(settings, "Write two sentences about the sea.\r", "Two more, please.\r", CTRL_D)
+    if all(reply.stats["decode_tps"] and reply.stats["decode_tps"] >= repl.telemetry.plain_tps
+           for reply in repl.session.turns[1::2]):
+        return  # the same-size pair won on this machine: nothing to advise
+    assert text.count("slower than plain: the draft (") == 1, text
+    assert "— /profile ngram (drafts from the chat itself, no second model)" in text

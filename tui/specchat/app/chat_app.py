@@ -31,7 +31,7 @@ from ..errors import SpecchatError, one_line
 from ..profiles import Profile, load_profile
 from ..profiles.favourites import favourite
 from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
-from .keymap import APP_BINDINGS, load_keymap
+from .keymap import ALL_BINDINGS, APP_BINDINGS, load_keymap
 from .terminal_input import tolerate_invalid_utf8
 from .screens import ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
 from .settings import Settings
@@ -212,8 +212,18 @@ class SpecchatApp(ControllerViews, App):
         named = self.profile or self._named
         name = named.name if named else self.conversation.profile or "(no profile)"
         method = self.controller.method if facts or not named else named.method
-        profile = ProfileInfo(name, method, self.status, facts.where if facts else "")
+        tip = self.controller.advice()
+        said = ""
+        if tip is not None:
+            key = self.binding_key("suggested_profile")
+            said = tip.why + (f" — {key}: {tip.suggestion} ({tip.does})" if tip.suggestion else "")
+        profile = ProfileInfo(name, method, self.status, facts.where if facts else "", said)
         self.sidebar.show(self.telemetry, profile, self.memory_snapshot)
+
+    def binding_key(self, binding_id: str) -> str:
+        """The key bound to ``binding_id`` now (a keymap may have moved it)."""
+        active = {b.binding.id: key for key, b in self.screen_stack[0].active_bindings.items() if b.binding.id}
+        return active.get(binding_id) or next(b.key for b in ALL_BINDINGS if b.id == binding_id)
 
     def _sample_memory(self) -> None:
         facts = self.controller.facts
@@ -298,6 +308,13 @@ class SpecchatApp(ControllerViews, App):
             self.notify(str(exc), severity="warning", timeout=10)
             return
         self.start_load(name)
+
+    def action_suggested_profile(self) -> None:
+        tip = self.controller.advice()
+        if tip is None or tip.suggestion is None:
+            self.notify("nothing to suggest: speculation is not slower than plain here", severity="information")
+            return
+        self.start_load(tip.suggestion)
 
     def action_draft_longer(self) -> None:
         self._toggle(lambda: self.controller.draft_length(1), "a longer draft…")

@@ -26,6 +26,7 @@ APP_BINDINGS = [
     Binding("f5", "draft_shorter", "Draft -1", id="draft_shorter", show=False, tooltip="Draft one token less per step, from the next step"),
     *(Binding(f"alt+{n}", f"favourite({n})", f"Favourite {n}", id=f"favourite_{n}", show=False,
               tooltip=f"Favourite profile {n} (the favourites list in settings.toml)") for n in range(1, 10)),
+    Binding("f7", "suggested_profile", "Suggested", id="suggested_profile", show=False, tooltip="Switch to the profile the sidebar suggests when speculation is slower than plain"),
     Binding("ctrl+b", "ab_compare", "A/B", id="ab_compare", tooltip="Rerun the last prompt without speculation and compare"),
     Binding("ctrl+r", "regenerate", "Regenerate", id="regenerate", tooltip="Answer the last prompt again"),
     Binding("ctrl+y", "copy_reply", "Copy reply", id="copy_reply", tooltip="Copy the last reply to the clipboard"),

@@ -47,18 +47,17 @@ class HelpScreen(_Modal):
         table.add_column("key", style="bold")
         table.add_column("does")
         table.add_column("id", style="dim")
-        active = {b.binding.id: key for key, b in self.app.screen_stack[0].active_bindings.items() if b.binding.id}
         favourites = [b for b in ALL_BINDINGS if (b.id or "").startswith("favourite_")]
         for binding in ALL_BINDINGS:
             if binding in favourites[1:]:
                 continue
             if binding is favourites[0]:  # nine keys of one kind: one row
-                keys = [active.get(b.id, b.key) for b in favourites]
+                keys = [self.app.binding_key(b.id) for b in favourites]
                 as_made = keys == [b.key for b in favourites]  # alt+1 … alt+9, or the keys a keymap gave them
                 table.add_row(f"{keys[0]} … {keys[-1]}" if as_made else " ".join(keys), Text("Favourite profiles 1–9 ([favourites] profiles = [...] in settings.toml)"),
                               f"{favourites[0].id} … {favourites[-1].id}")
                 continue
-            key = active.get(binding.id, binding.key)
+            key = self.app.binding_key(binding.id)
             table.add_row(key, binding.tooltip or binding.description, binding.id)
         note = Text(f"\nRemap any key in {self.keymap}, e.g.\n", style="dim")
         note.append('[keys]\nab_compare = "f9"\n', style="")

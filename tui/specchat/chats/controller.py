@@ -27,6 +27,7 @@ from ..telemetry.live import LiveTelemetry
 from ..telemetry.memory import peak_rss_bytes
 from ..engine.reference import PlainReference
 from .ab import ABResult, Comparison, conditions_of, refusal
+from .advice import Advice, advice
 from .choice import Choice, one_step
 from .export import export
 from .records import INTERRUPTED, ReplyRecord
@@ -211,6 +212,12 @@ class ChatController:
         wanted = self._in_use().with_draft_length(self.backend.config, n_max)
         wanted.config(self.profile)  # an impossible length is refused here, in one line
         return wanted
+
+    def advice(self) -> Advice | None:
+        """Why speculation is slower than plain here, and what to try instead; None while it is not."""
+        t = self.telemetry
+        return advice(t.speedup(), t.speculation is not None and t.speculation.active, t.reply.acceptance_rate,
+                      self.profile, self.facts.model_bytes if self.facts else {})
 
     def switch_failed(self) -> None:
         """A switch failed (its line is on screen). With nothing open now, nothing of the old backend stays shown."""

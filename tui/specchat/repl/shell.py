@@ -75,6 +75,7 @@ class Repl(ControllerViews):
         self._engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
         self.ghosts = False
         self.quitting = False
+        self._advised: set[str] = set()  # profiles whose "slower than plain" advice was given
         self.unsent = ""  # a message refused before it began (too long for the context): the next prompt holds it
         self._memory_text, self._memory_at = DASH, -MEMORY_EVERY_S
         self.controller = ChatController(self._open_store(), settings.profile, self._problem,
@@ -272,6 +273,17 @@ class Repl(ControllerViews):
             self._problem(failed.error, True)
         elif finished is not None:
             self.say(summary_line(finished.stats, record.finish_reason or finished.finish_reason), "class:dim")
+            self._advise()
+
+    def _advise(self) -> None:
+        """Once a profile: why speculation is slower than plain here, and what pays instead."""
+        tip = self.controller.advice()
+        name = self.profile.name if self.profile else ""
+        if tip is None or self.settings.plain or name in self._advised:
+            return
+        self._advised.add(name)
+        self.say(f"slower than plain: {tip.why}" + (f" — /profile {tip.suggestion} ({tip.does})" if tip.suggestion
+                                                      else ""), "class:warn")
 
     def _stream(self, inbox: queue.Queue, record, status: StatusLine | None) -> tuple[ReplyFinished | None,
                                                                                      Failure | None]:

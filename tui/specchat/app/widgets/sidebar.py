@@ -34,6 +34,7 @@ class ProfileInfo:
     method: str
     status: str = ""  # e.g. "loading models…" or a load error
     where: str = ""  # where the model runs: in this process, or a server's pid and URL
+    advice: str = ""  # speculation slower than plain: why, and the key that switches to what pays here
 
 
 def _grid(rows: list[tuple[str, str | Text]]) -> Text:
@@ -126,6 +127,8 @@ class Sidebar(TextLines, ScrollView):
             speed.append(("vs plain", value))
             if speedup < 1 and spec is not None and spec.active:
                 speed.append(("", Text("⚠ slower than plain", style="#ffaf00")))
+                if profile.advice:
+                    speed.append(("", Text(profile.advice, style="#ffaf00")))
         if t.busy_machine:
             speed.append(("", Text(f"⚠ {t.busy_machine}", style="#ffaf00")))
 
