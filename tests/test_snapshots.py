@@ -72,11 +72,13 @@ async def picker_settled(pilot) -> None:
     from specchat.app.screens import ProfileScreen
 
     await pilot.press("f2")
-    for _ in range(200):
+    for _ in range(600):
         screen = pilot.app.screen
         if isinstance(screen, ProfileScreen) and screen.absent is not None and screen.drafts_listed:
             break
         await pilot.pause(0.05)
+    else:
+        raise AssertionError("the profile picker did not finish looking for models within 30 s")
     await pilot.pause()
 
 

@@ -292,7 +292,12 @@ def test_the_advice_when_speculation_is_slower():
     assert rejected.why == "only 30% of the drafted tokens are accepted"
     costly = advice(0.9, True, 0.8, ngram, {"target": 100_000_000})
     assert costly.why == "a verify step costs more here than its accepted drafts save"
-    assert (costly.suggestion, costly.does) == ("baseline", "plain decoding")
+    assert (costly.suggestion, costly.does) == (None, "plain decoding of the same target")  # speculation off
+    assert advice(0.9, True, None, ngram, {}).why.startswith("no draft was judged in this reply")
+    assert advice(0.98, True, 0.9, tiny, sizes) is None  # within the noise of one measurement
+    # Another target than ngram's: suggesting ngram would swap the model too, so speculation off is suggested.
+    qwen = advice(0.5, True, 0.6, load_profile("qwen3-8b-1.7b"), {"target": 5_000_000_000, "draft": 1_100_000_000})
+    assert qwen.suggestion is None and qwen.why.startswith("a verify step costs more")
 
 
 async def test_the_app_says_why_speculation_loses_and_one_key_switches(settings):
@@ -305,8 +310,9 @@ async def test_the_app_says_why_speculation_loses_and_one_key_switches(settings)
         app = await ready(pilot)
         await ask_in_app(pilot, "Write two sentences about the sea.")
         shown = " ".join(app.sidebar.plain.split())
-        if app.telemetry.speedup() >= 1:  # the same-size pair won on this machine: then nothing is to be advised
-            assert "slower than plain" not in shown
+        assert app.telemetry.speedup() is not None
+        if app.telemetry.speedup() >= 0.97:  # the same-size pair kept up on this machine: nothing is to be advised
+            assert "costs about as much" not in shown
             return
         assert "⚠ slower than plain" in shown and "costs about as much to run as the target" in shown
         assert "f7: ngram (drafts from the chat itself, no second model)" in shown
@@ -321,8 +327,8 @@ def test_the_repl_says_why_once_a_profile(tmp_path):
 
     settings = ReplSettings("tiny", max_tokens=48, color=False)
     repl, _, text = run_repl(settings, "Write two sentences about the sea.\r", "Two more, please.\r", CTRL_D)
-    if all(reply.stats["decode_tps"] and reply.stats["decode_tps"] >= repl.telemetry.plain_tps
-           for reply in repl.session.turns[1::2]):
-        return  # the same-size pair won on this machine: nothing to advise
+    if "slower than plain: " not in text:  # the same-size pair kept up on this machine: nothing to advise
+        assert all(reply.stats["decode_tps"] >= 0.97 * repl.telemetry.plain_tps for reply in repl.session.turns[1::2])
+        return
     assert text.count("slower than plain: the draft (") == 1, text
     assert "— /profile ngram (drafts from the chat itself, no second model)" in text

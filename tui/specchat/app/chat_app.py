@@ -216,7 +216,7 @@ class SpecchatApp(ControllerViews, App):
         said = ""
         if tip is not None:
             key = self.binding_key("suggested_profile")
-            said = tip.why + (f" — {key}: {tip.suggestion} ({tip.does})" if tip.suggestion else "")
+            said = f"{tip.why} — {key}: {tip.suggestion or 'speculation off'} ({tip.does})"
         profile = ProfileInfo(name, method, self.status, facts.where if facts else "", said)
         self.sidebar.show(self.telemetry, profile, self.memory_snapshot)
 
@@ -311,10 +311,13 @@ class SpecchatApp(ControllerViews, App):
 
     def action_suggested_profile(self) -> None:
         tip = self.controller.advice()
-        if tip is None or tip.suggestion is None:
-            self.notify("nothing to suggest: speculation is not slower than plain here", severity="information")
-            return
-        self.start_load(tip.suggestion)
+        if tip is None:
+            self.notify("nothing to suggest: F7 follows the sidebar's advice, given when a reply is measured slower"
+                        " than plain decoding", severity="information")
+        elif tip.suggestion is None:
+            self.action_toggle_speculation()
+        else:
+            self.start_load(tip.suggestion)
 
     def action_draft_longer(self) -> None:
         self._toggle(lambda: self.controller.draft_length(1), "a longer draft…")

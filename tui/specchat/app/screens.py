@@ -122,8 +122,13 @@ class ProfileScreen(_Modal):
         highlighted = listing.highlighted_option.id if listing.highlighted_option is not None else None
         listing.clear_options()
         listing.add_options(self._profile_options())
-        ids = [listing.get_option_at_index(i).id for i in range(listing.option_count)]
-        listing.highlighted = ids.index(highlighted) if highlighted in ids else 0
+        options = [listing.get_option_at_index(i) for i in range(listing.option_count)]
+        ids = [option.id for option in options]
+        enabled = [i for i, option in enumerate(options) if not option.disabled]
+        if highlighted in ids and not options[ids.index(highlighted)].disabled:
+            listing.highlighted = ids.index(highlighted)
+        elif enabled:
+            listing.highlighted = enabled[0]
 
     @on(Input.Changed, "#profile-filter")
     def filter_changed(self, event: Input.Changed) -> None:
@@ -136,6 +141,9 @@ class ProfileScreen(_Modal):
         option = self.query_one("#profile-list", OptionList).highlighted_option
         if option is not None and not option.disabled and option.id:
             self.dismiss(("profile", option.id.partition(":")[2]))
+        else:
+            self.notify("no profile to switch to — change the filter (a profile marked ✗ cannot load here)",
+                        severity="warning")
 
     def action_move(self, step: int) -> None:
         listing = self.query_one("#profile-list", OptionList)

@@ -2,7 +2,8 @@
 
 On a CPU the embedded pair runs at about half of plain decoding, and "⚠ slower than plain" alone leaves a new user
 nowhere. The reason is read from what the screen already shows (the models' sizes, the acceptance); the suggestion is
-the draftless `ngram` profile (or plain decoding, for a losing n-gram profile), one key away.
+the draftless `ngram` profile where it runs the same target the same way, else speculation switched off by hand (plain
+decoding of the same target), one key away.
 """
 
 from __future__ import annotations
@@ -10,33 +11,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..figures import mb, pct
-from ..profiles import Profile, available_profiles
+from ..profiles import Profile, available_profiles, load_profile
 
 # A draft this share of the target's weights costs about as much to run as the target saves by skipping steps.
 SAME_SIZE_DRAFT = 0.4
 LOW_ACCEPTANCE = 0.5
+SLOWER = 0.97  # below this share of plain decoding's rate, a reply is slower beyond the noise of one measurement
 
 
 @dataclass(frozen=True)
 class Advice:
     why: str  # why speculation loses here, one line
-    suggestion: str | None  # the profile to try instead, by name
+    suggestion: str | None  # the profile to try instead, by name; None: speculation off by hand, the same target
     does: str  # what the suggestion does differently, a few words
 
 
 def advice(speedup: float | None, speculating: bool, acceptance: float | None, profile: Profile | None,
            model_bytes: dict[str, int]) -> Advice | None:
-    """Advice for a reply ``speedup`` times as fast as plain decoding, slower with speculation active; None else."""
-    if speedup is None or speedup >= 1 or not speculating:
+    """Advice for a reply ``speedup`` times as fast as plain decoding, slower with speculation active; None else
+    (within the noise of a measurement, SLOWER, it says nothing)."""
+    if speedup is None or speedup >= SLOWER or not speculating:
         return None
     draft, target = model_bytes.get("draft"), model_bytes.get("target")
     if draft and target and draft >= SAME_SIZE_DRAFT * target:
         why = f"the draft ({mb(draft)}) costs about as much to run as the target ({mb(target)}) saves"
-    elif acceptance is not None and acceptance < LOW_ACCEPTANCE:
+    elif acceptance is None:
+        why = "no draft was judged in this reply, and looking for one still cost its time"
+    elif acceptance < LOW_ACCEPTANCE:
         why = f"only {pct(acceptance)} of the drafted tokens are accepted"
     else:
         why = "a verify step costs more here than its accepted drafts save"
-    method = profile.method if profile is not None else ""
-    suggestion, does = ("ngram", "drafts from the chat itself, no second model") if method != "ngram" else \
-        ("baseline", "plain decoding")
-    return Advice(why, suggestion if suggestion in available_profiles() else None, does)
+    ngram = _same_target_ngram(profile)
+    if ngram is not None:
+        return Advice(why, ngram, "drafts from the chat itself, no second model")
+    return Advice(why, None, "plain decoding of the same target")
+
+
+def _same_target_ngram(profile: Profile | None) -> str | None:
+    """The bundled `ngram` profile when it runs the same target the same way (else it would swap the model too)."""
+    if profile is None or profile.method == "ngram" or "ngram" not in available_profiles():
+        return None
+    ngram = load_profile("ngram")
+    same = all(ngram.values["target"][key] == profile.values["target"][key] for key in ("model", "n_ctx", "kv_cache"))
+    return "ngram" if same and ngram.backend_kind == profile.backend_kind else None

@@ -16,6 +16,9 @@ def absent_models(profile: Profile) -> str:
     if profile.method == "draft":
         wanted.append(("draft", profile.values["draft"]["model"]))
     base = model_base(profile)
-    missing = [reference for _role, reference in wanted
-               if reference and reference not in EMBEDDED and locate(reference, base).path is None]
+    try:
+        missing = [reference for _role, reference in wanted
+                   if reference and reference not in EMBEDDED and locate(reference, base).path is None]
+    except OSError:  # a model folder that cannot be read: no verdict, the load will say what it meets
+        return ""
     return f"not on this machine: {', '.join(missing)}" if missing else ""

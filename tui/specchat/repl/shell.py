@@ -279,11 +279,11 @@ class Repl(ControllerViews):
         """Once a profile: why speculation is slower than plain here, and what pays instead."""
         tip = self.controller.advice()
         name = self.profile.name if self.profile else ""
-        if tip is None or self.settings.plain or name in self._advised:
+        if tip is None or name in self._advised:
             return
         self._advised.add(name)
-        self.say(f"slower than plain: {tip.why}" + (f" — /profile {tip.suggestion} ({tip.does})" if tip.suggestion
-                                                      else ""), "class:warn")
+        instead = f"/profile {tip.suggestion}" if tip.suggestion else "/spec off"
+        self.say(f"slower than plain: {tip.why} — {instead} ({tip.does})", "class:warn")
 
     def _stream(self, inbox: queue.Queue, record, status: StatusLine | None) -> tuple[ReplyFinished | None,
                                                                                      Failure | None]:
