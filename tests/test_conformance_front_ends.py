@@ -62,7 +62,7 @@ def test_three_greedy_turns_in_the_repl(kind, tmp_path, user_cache, llama_server
     assert_equal(kind, replies, plain.chat(TURNS))
 
 
-@pytest.mark.parametrize("kind", ["in-process", "managed", "remote-llama"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_multibyte_replies_are_whole_in_the_repl(kind, tmp_path, user_cache, llama_server, servers, plain):
     """Characters spelled over several byte tokens came through llama-server as a row of U+FFFD."""
     profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
