@@ -350,15 +350,15 @@ def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, us
 
     def interrupt_the_switch(repl) -> None:
         """Ctrl+C while the engine thread loads the profile /profile asked for (the real switch runs on)."""
-        switch = repl.controller.switch_profile
+        switch = repl.controller.switch
 
-        def switching(name, draft=None):
-            if name == "ngram":
+        def switching(choice):
+            if choice.profile == "ngram":
                 os.kill(os.getpid(), signal.SIGINT)
-                interrupted.append(name)
+                interrupted.append(choice.profile)
                 time.sleep(0.3)  # the signal reaches the REPL's thread while the switch is still running
-            return switch(name, draft)
-        repl.controller.switch_profile = switching
+            return switch(choice)
+        repl.controller.switch = switching
 
     settings.db_path = tmp_path / "second.sqlite3"
     repl, _, text = run_repl(settings, "/profile ngram\r", "Say yes.\r", CTRL_D, during=interrupt_the_switch)
