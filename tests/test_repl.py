@@ -170,7 +170,10 @@ def test_no_color_prints_plain_text_and_the_summary(repl_settings):
     _, terminal, text = run_repl(repl_settings, "Name two planets.\r" + CTRL_D)
     (reply,) = saved_replies(repl_settings.db_path)
     assert "\x1b" not in text
-    assert reply.content in text and "[draft n_max" in text.splitlines()[-1]
+    lines = text.splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith("[draft n_max"))
+    assert reply.content in "\n".join(lines[:summary])  # the reply, then its summary
+    assert all(line.startswith("slower than plain: ") for line in lines[summary + 1:])  # then at most the advice
     assert not COLOUR_SGR.search(terminal)  # the prompt's own drawing has no colour either
 
 
