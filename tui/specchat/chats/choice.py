@@ -2,7 +2,7 @@
 
 A toggle is a new choice made from the one in use, so it goes through the same switch as a profile picked in F2 and
 reloads only what changed: speculation switched off by hand keeps the target (and its KV cache) and the draft loaded
-in-process, and a new draft length changes from the next step. A llama-server fixes both when it starts, so there a
+in-process, and a new draft length holds from the next message. A llama-server fixes both when it starts, so there a
 toggle restarts the server, and says so.
 """
 
