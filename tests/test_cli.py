@@ -14,7 +14,8 @@ def test_ask_json_stream_is_complete_and_consistent(method):
     result = cli("ask", "--json", "--method", method, "--max-tokens", "40", "List three animals that live in the sea.")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert {r["type"] for r in rows} <= {"token", "rejected", "summary"}
+    assert {r["type"] for r in rows} <= {"started", "speculation", "token", "rejected", "step", "threads", "summary"}
+    assert rows[0]["type"] == "started" and rows[0]["prompt_tokens"] == rows[0]["reused_tokens"] + rows[0]["prefill_tokens"]
     summary = rows[-1]
     assert summary["type"] == "summary" and summary["method"] == method
     tokens = [r for r in rows if r["type"] == "token"]
@@ -22,6 +23,11 @@ def test_ask_json_stream_is_complete_and_consistent(method):
     assert summary["generated"] == len(tokens)
     assert summary["accepted"] + summary["rejected"] == summary["drafted"]
     assert summary["rejected"] == sum(len(r["tokens"]) for r in rejected)
+    steps = [r for r in rows if r["type"] == "step"]
+    assert summary["steps"] == len(steps) and [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+    assert summary["drafted"] == sum(s["drafted"] for s in steps)
+    assert summary["accepted"] == sum(s["accepted"] for s in steps)
+    assert all("top" not in t for t in tokens), "candidates only with --probs"
     for kind, count in summary["by_kind"].items():
         assert count == sum(1 for t in tokens if t["kind"] == kind)
     for key in ("acceptance_rate", "mean_acceptance_length", "position_rates", "t_prefill", "t_draft", "t_verify",
@@ -67,7 +73,8 @@ def test_json_rejected_rows_come_between_the_steps_accepted_tokens_and_its_corre
         if row["type"] != "rejected":
             continue
         after = rows[i + 1]
-        assert after["type"] == "summary" or (after["kind"] == "corrected" and after["step"] == row["step"])
+        # Its correction, or the step's counts when the correction ended the reply.
+        assert (after["type"] == "step" or after["kind"] == "corrected") and after["step"] == row["step"]
         before = rows[i - 1]
         mixed += before["type"] == "token" and before["kind"] == "accepted" and before["step"] == row["step"]
     assert mixed > 0, "a step with accepted tokens before its rejected tail"

@@ -31,6 +31,9 @@ from ..errors import SpecchatError, one_line
 from ..profiles import Profile, load_profile
 from ..profiles.favourites import favourite
 from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
+from .inspecting import InspectingActions
+from .replay_screen import REPLAY_BINDINGS
+from .widgets.inspector import INSPECTOR_BINDINGS
 from .keymap import ALL_BINDINGS, APP_BINDINGS, load_keymap
 from .terminal_input import tolerate_invalid_utf8
 from .screens import ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
@@ -55,7 +58,7 @@ class Activity(Enum):
 EXIT_WAIT_S = 60.0  # every long operation stops when cancelled; this only bounds a backend that hangs outright
 
 
-class SpecchatApp(ControllerViews, App):
+class SpecchatApp(ControllerViews, InspectingActions, App):
     CSS_PATH = "specchat.tcss"
     BINDINGS = APP_BINDINGS
     TITLE = "specchat"
@@ -121,6 +124,7 @@ class SpecchatApp(ControllerViews, App):
         with Horizontal(id="main"):
             with Vertical(id="chat-column"):
                 yield VerticalScroll(id="chat")
+                yield self.new_inspector()
                 yield Static(legend(), id="legend")
                 yield PromptInput(max_paste=self.settings.max_paste_chars)
             yield Sidebar()
@@ -223,7 +227,11 @@ class SpecchatApp(ControllerViews, App):
     def binding_key(self, binding_id: str) -> str:
         """The key bound to ``binding_id`` now (a keymap may have moved it)."""
         active = {b.binding.id: key for key, b in self.screen_stack[0].active_bindings.items() if b.binding.id}
-        return active.get(binding_id) or next(b.key for b in ALL_BINDINGS if b.id == binding_id)
+        if binding_id in active:
+            return active[binding_id]
+        remapped = load_keymap(self.settings.keymap)  # a binding of the inspector or the replay, not active now
+        return remapped.get(binding_id) or next(b.key for b in ALL_BINDINGS + INSPECTOR_BINDINGS + REPLAY_BINDINGS
+                                                if b.id == binding_id)
 
     def _sample_memory(self) -> None:
         facts = self.controller.facts
@@ -473,6 +481,9 @@ class SpecchatApp(ControllerViews, App):
         yield SystemCommand("Draft shorter", "One draft token less per step (F5)", self.action_draft_shorter)
         yield SystemCommand("A/B compare", "Rerun the last prompt without speculation", self.action_ab_compare)
         yield SystemCommand("Toggle ghosts", "Show rejected draft tokens", self.action_toggle_ghosts)
+        yield SystemCommand("Inspect tokens", "What decided each token of a reply (F8)", self.action_inspect)
+        yield SystemCommand("Replay a reply", "Step through a reply's drafts and verifications (F9)",
+                            self.action_replay)
         yield SystemCommand("Export chat", "Export this chat to Markdown and JSON", self.action_export)
 
     def action_help(self) -> None:

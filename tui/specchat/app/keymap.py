@@ -27,6 +27,8 @@ APP_BINDINGS = [
     *(Binding(f"alt+{n}", f"favourite({n})", f"Favourite {n}", id=f"favourite_{n}", show=False,
               tooltip=f"Favourite profile {n} (the favourites list in settings.toml)") for n in range(1, 10)),
     Binding("f7", "suggested_profile", "Suggested", id="suggested_profile", show=False, tooltip="Switch to the profile the sidebar suggests when speculation is slower than plain"),
+    Binding("f8", "inspect", "Inspect", id="inspect", show=False, tooltip="A cursor over the reply tokens (arrows move, a click picks one): what decided each token"),
+    Binding("f9", "replay", "Replay", id="replay", show=False, tooltip="Step through the inspected reply (or the last one): each draft, its verification, the figures then"),
     Binding("ctrl+b", "ab_compare", "A/B", id="ab_compare", tooltip="Rerun the last prompt without speculation and compare"),
     Binding("ctrl+r", "regenerate", "Regenerate", id="regenerate", tooltip="Answer the last prompt again"),
     Binding("ctrl+y", "copy_reply", "Copy reply", id="copy_reply", tooltip="Copy the last reply to the clipboard"),

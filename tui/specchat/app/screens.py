@@ -21,6 +21,8 @@ from ..profiles import Profile, available_profiles, load_profile
 from ..profiles.presence import absent_models
 from ..chats.store import Store, StoreError
 from ..chats.ab import ABResult
+from .replay_screen import REPLAY_BINDINGS
+from .widgets.inspector import INSPECTOR_BINDINGS
 from .keymap import ALL_BINDINGS
 
 T = TypeVar("T")
@@ -59,8 +61,11 @@ class HelpScreen(_Modal):
                 continue
             key = self.app.binding_key(binding.id)
             table.add_row(key, binding.tooltip or binding.description, binding.id)
+        for where, bindings in (("inspector", INSPECTOR_BINDINGS), ("replay", REPLAY_BINDINGS)):
+            for binding in bindings:
+                table.add_row(self.app.binding_key(binding.id), f"{where}: {binding.tooltip}", binding.id)
         note = Text(f"\nRemap any key in {self.keymap}, e.g.\n", style="dim")
-        note.append('[keys]\nab_compare = "f9"\n', style="")
+        note.append('[keys]\nab_compare = "f10"\n', style="")
         with Vertical(id="help", classes="dialog"):
             yield Static(table)
             yield Static(note)

@@ -44,8 +44,10 @@ class Backend(Protocol):
     no_reference: str  # why the last plain_reference() gave None, and what would measure one ("" when it measured)
 
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
-               should_stop: Callable[[], bool] = lambda: False) -> Iterator[Event]:
-        """Reply to ``text`` after ``history`` (the conversation so far, system prompt first), as events."""
+               should_stop: Callable[[], bool] = lambda: False, top: int = 0) -> Iterator[Event]:
+        """Reply to ``text`` after ``history`` (the conversation so far, system prompt first), as events. With
+        ``top``, each token carries a ``Judgement``: the target's ``top`` best candidates at its position (for the
+        token inspector), and what this backend cannot tell about it."""
 
     def apply(self, config: EngineConfig) -> str:
         """Switch configuration with the least work; returns what was done ("parameters", "draft reloaded",

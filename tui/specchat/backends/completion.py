@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
 from ..engine.conversation import Conversation
-from ..engine.events import Event, ReplyFinished, ReplyStarted, SpeculationState, StepVerified, TokenEmitted, TokenKind
+from ..engine.events import (
+    Candidate,
+    Event,
+    Judgement,
+    ReplyFinished,
+    ReplyStarted,
+    SpeculationState,
+    StepVerified,
+    TokenEmitted,
+    TokenKind,
+)
 from ..engine.llama import Model
 from ..engine.stats import ReplyStats
 from ..errors import BackendError
@@ -29,6 +40,9 @@ FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
 # Asked for a few tokens beyond the reply's limit: a last token that ends inside a UTF-8 character is sent only once a
 # later one completes it (at most three more), and its id is needed; the stream is closed at the limit itself.
 UTF8_MARGIN = 3
+# llama-server computes n_probs only for the tokens it samples one at a time, never for a drafting step's.
+NO_CANDIDATES = "llama-server sends no candidates for the tokens of a drafting step"
+UNTOLD_REJECTIONS = "llama-server does not say which draft tokens it rejected, only how many"
 
 
 @dataclass
@@ -44,6 +58,7 @@ class Request:
     n_ctx: int
     state: SpeculationState
     n_max: int
+    top: int = 0  # candidates asked for per token (``n_probs``), for the token inspector
 
 
 @dataclass
@@ -70,6 +85,8 @@ class CompletionStream:
                                   n_ctx=request.n_ctx), perf_counter())
         body = {"prompt": request.prompt, "n_predict": request.max_tokens + UTF8_MARGIN, "stream": True,
                 "timings_per_token": True, "return_tokens": True, "cache_prompt": True, **request.body}
+        if request.top:
+            body |= {"n_probs": request.top, "post_sampling_probs": False}  # the raw softmax, as the engine's
         stream = EventStream(f"{request.url}/completion", body, request.headers, key_env=request.key_env,
                              should_stop=should_stop)
         tracker = StepTracker()
@@ -86,10 +103,13 @@ class CompletionStream:
                 ids = chunk_tokens(self.index, content, chunk.get("tokens") or [], timings.get("predicted_n"), seen)
                 seen += len(ids)
                 unknown = None in ids  # then the chunk's own text is shown, not its last token's piece alone
+                probabilities = _by_token(ids, chunk.get("completion_probabilities") or [])
                 for i, token in enumerate(ids):
-                    kind, step, closed = tracker.token(timings.get("draft_n"), timings.get("draft_n_accepted"))
+                    kind, step, position, closed = tracker.token(timings.get("draft_n"),
+                                                                 timings.get("draft_n_accepted"))
                     yield from self._closed(closed, reply, request)
-                    event = self._token(reply, token, content, i == len(ids) - 1, unknown, kind, step)
+                    judgement = _judgement(probabilities[i], position, tracker.drafting) if request.top else None
+                    event = self._token(reply, token, content, i == len(ids) - 1, unknown, kind, step, judgement)
                     if event is not None:
                         yield event
                         if reply.stats.generated >= request.max_tokens:
@@ -131,7 +151,7 @@ class CompletionStream:
         return ReplyStarted(prompt, cached, stats.prefill_tokens, request.n_ctx, request.state)
 
     def _token(self, reply: _Reply, token: int | None, content: str, last: bool, unknown: bool, kind: TokenKind,
-               step: int) -> TokenEmitted | None:
+               step: int, judgement: Judgement | None) -> TokenEmitted | None:
         """Every token counts in its step, the end of generation too; like the engine's, that one is not shown."""
         vocab = self.vocab
         if vocab is not None and token is not None and vocab.is_eog(token):
@@ -153,7 +173,7 @@ class CompletionStream:
         reply.pieces.append(text)
         elapsed = perf_counter() - reply.started
         reply.stats.token_emitted(kind, step, elapsed)
-        return TokenEmitted(-1 if token is None else token, text, kind, step, elapsed)
+        return TokenEmitted(-1 if token is None else token, text, kind, step, elapsed, judgement)
 
     @staticmethod
     def _closed(steps: list[StepVerified], reply: _Reply, request: Request) -> Iterator[StepVerified]:
@@ -172,3 +192,21 @@ class CompletionStream:
         reply.stats.context_used = len(chat.tokens) if chat is not None else reply.prompt_tokens + len(reply.tokens)
         reply.stats.t_total = perf_counter() - reply.started
         return text
+
+
+def _by_token(ids: list[int | None], probabilities: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+    """The server's ``completion_probabilities`` entry of each token of a chunk (None where it sent none)."""
+    if len(probabilities) == len(ids):
+        return list(probabilities)
+    entries = {entry.get("id"): entry for entry in probabilities}
+    return [entries.get(token) for token in ids]
+
+
+def _judgement(entry: dict[str, Any] | None, position: int, drafting: bool) -> Judgement:
+    """A token's candidates as the server sent them (``top_logprobs``, raw softmax), and what it did not say."""
+    untold = UNTOLD_REJECTIONS if drafting else ""
+    if entry is None:
+        return Judgement(position, (), unknown=NO_CANDIDATES + ("; " + untold if untold else ""))
+    top = tuple(Candidate(int(c.get("id", -1)), str(c.get("token", "")), math.exp(float(c.get("logprob", -math.inf))))
+                for c in entry.get("top_logprobs") or [])
+    return Judgement(position, top, unknown=untold)

@@ -238,14 +238,14 @@ class LlamaServerBackend:
             self.process = None
 
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
-               should_stop: Callable[[], bool] = lambda: False) -> Iterator[Event]:
+               should_stop: Callable[[], bool] = lambda: False, top: int = 0) -> Iterator[Event]:
         if self.process is not None:
             self.process.ensure_running()
             reset_peak_rss(self.process.pid)
         if self.api == "openai":
             return chat_completion(self.url, self.headers, self.key_env, self.config, history, text, max_tokens,
-                                   should_stop)
-        return self._completion(history, text, max_tokens, should_stop)
+                                   should_stop, top)
+        return self._completion(history, text, max_tokens, should_stop, top)
 
     def _sampling(self) -> dict[str, Any]:
         sampling = self.config.sampling
@@ -253,7 +253,7 @@ class LlamaServerBackend:
                 "min_p": sampling.min_p, "seed": sampling.seed}
 
     def _completion(self, history: list[Message], text: str, max_tokens: int,
-                    should_stop: Callable[[], bool]) -> Iterator[Event]:
+                    should_stop: Callable[[], bool], top: int = 0) -> Iterator[Event]:
         """Token ids when the tokenizer is here (trimming the oldest turns when the context is full, as the engine
         does), else the text the server's template renders."""
         user = Message("user", text)
@@ -269,7 +269,7 @@ class LlamaServerBackend:
                 yield trimmed
         state = self.speculation_state()
         request = Request(self.url, self.headers, self.key_env, prompt, self._sampling(), max_tokens,
-                          self.config.n_ctx, state, self.n_max)
+                          self.config.n_ctx, state, self.n_max, top)
         yield from self._stream.events(request, should_stop)
 
     def spec_counters(self) -> dict[str, float]:

@@ -42,10 +42,10 @@ class LocalBackend:
         return self.engine.n_max
 
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
-               should_stop: Callable[[], bool] = lambda: False) -> Iterator[Event]:
+               should_stop: Callable[[], bool] = lambda: False, top: int = 0) -> Iterator[Event]:
         self.engine.restore(history)
         reset_peak_rss()
-        return self.engine.reply(text, max_tokens=max_tokens, should_stop=should_stop)
+        return self.engine.reply(text, max_tokens=max_tokens, should_stop=should_stop, top=top)
 
     def apply(self, config: EngineConfig) -> str:
         action = self.engine.apply(config)

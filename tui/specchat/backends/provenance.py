@@ -30,15 +30,16 @@ class StepTracker:
     def __init__(self) -> None:
         self.drafted = self.accepted = 0  # the cumulative counters last seen
         self.steps = 0
+        self.drafting = False  # whether the last token's step judged a draft
         self._step: _Step | None = None
         self._first = True
 
-    def token(self, draft_n: int | None, draft_n_accepted: int | None) -> tuple[TokenKind, int, list[StepVerified]]:
-        """The kind and step of the next streamed token, and the steps it closed (in order)."""
+    def token(self, draft_n: int | None, draft_n_accepted: int | None) -> tuple[TokenKind, int, int, list[StepVerified]]:
+        """The kind, step and position in the step of the next streamed token, and the steps it closed (in order)."""
         closed: list[StepVerified] = []
         if self._first:  # the prefill's token: no step judged it (the counters start at 0 with each request)
             self._first = False
-            return TokenKind.TARGET, 0, closed
+            return TokenKind.TARGET, 0, 0, closed
         drafted, accepted = draft_n or self.drafted, draft_n_accepted or self.accepted
         if self._step is None and (drafted, accepted) != (self.drafted, self.accepted):
             self.steps += 1
@@ -57,9 +58,10 @@ class StepTracker:
             kind = TokenKind.ACCEPTED
         else:
             kind = TokenKind.BONUS if step.accepted == step.drafted else TokenKind.CORRECTED
+        self.drafting = step.drafted > 0
         if step.left == 0:
             closed += self.close()
-        return kind, step.number, closed
+        return kind, step.number, position, closed
 
     def cut(self) -> list[StepVerified]:
         """End the step in progress at the reply's limit: only what was shown of it counts — its accepted tokens

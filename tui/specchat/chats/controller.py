@@ -30,7 +30,7 @@ from .ab import ABResult, Comparison, conditions_of, refusal
 from .advice import Advice, advice
 from .choice import Choice, one_step
 from .export import export
-from .records import INTERRUPTED, ReplyRecord
+from .records import INSPECTOR_TOP, INTERRUPTED, ReplyRecord
 from .session import ChatSession, Problem
 from .store import Store
 
@@ -104,7 +104,7 @@ class Exchange:
         started = False
         try:
             for event in self.backend.answer(self.history, self.text, max_tokens=self.max_tokens,
-                                             should_stop=self.cancel.is_set):
+                                             should_stop=self.cancel.is_set, top=INSPECTOR_TOP):
                 started = started or isinstance(event, ReplyStarted)
                 sink(event)
         except Exception as exc:  # any failure, specchat's or not, is one line and the chat goes on

@@ -6,9 +6,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..engine.events import DraftRejected, ReplyFinished, ReplyStarted, TokenEmitted
+from .trace import Row, row_of
 
 Segment = tuple[str, str]  # (text, kind) where kind is a TokenKind value
 INTERRUPTED = "interrupted"  # the finish reason of a reply whose app quit or died while it streamed
+INSPECTOR_TOP = 5  # candidates kept per token for the token inspector (``engine.events.Judgement``)
 
 
 @dataclass
@@ -30,6 +32,9 @@ class ReplyRecord:
     target_id: str = ""  # the model whose token ids ``tokens`` are
     reused_tokens: int | None = None  # prompt tokens already in the KV cache when the reply started
     conditions: dict | None = None  # what an A/B must share with this reply (``ab.conditions_of``)
+    # Every event of the reply as ``trace`` rows: what the inspector and the replay read (empty for replies stored
+    # before specchat kept them).
+    trace: list[Row] = field(default_factory=list)
     role: str = "assistant"
 
     @property
@@ -42,6 +47,7 @@ class ReplyRecord:
 
     def add(self, events: Iterable[object]) -> None:
         for event in events:
+            self.trace.append(row_of(event))
             if isinstance(event, TokenEmitted):
                 self.segments.append((event.text, event.kind.value))
                 if self.tokens is not None:

@@ -117,7 +117,7 @@ class ChatSession:
         self.interrupt()
         self.id, self.title, self.profile = conversation.id, conversation.title, conversation.profile
         self.system_prompt = conversation.system_prompt
-        self.turns = [_turn(m) for m in stored]
+        self.turns = [turn_of(m) for m in stored]
         self._saved, self._meta_saved = len(self.turns), True
 
     # -- saving ----------------------------------------------------------------------------------------------------
@@ -166,10 +166,10 @@ def _stored(turn: Turn) -> StoredMessage:
         return StoredMessage("user", turn.text)
     return StoredMessage("assistant", turn.text, None if turn.tokens is None else list(turn.tokens),
                          list(turn.segments), sorted(turn.ghosts.items()), turn.finish_reason, turn.stats,
-                         turn.target_id or None)
+                         turn.target_id or None, turn.trace)
 
 
-def _turn(message: StoredMessage) -> Turn:
+def turn_of(message: StoredMessage) -> Turn:
     if message.role != "assistant":
         return UserTurn(message.content, message.role)
     segments = list(message.segments) if message.segments else [(message.content, "target")]
@@ -181,4 +181,11 @@ def _turn(message: StoredMessage) -> Turn:
         segments=segments, tokens=None if tokens is None else list(tokens), ghosts=dict(message.ghosts),
         finish_reason=message.finish_reason or INTERRUPTED, stats=message.telemetry, target_id=message.target_id or "",
         conditions=telemetry.get("conditions") if isinstance(telemetry.get("conditions"), dict) else None,
+        trace=message.trace if _traces(message.trace, segments) else [],
     )
+
+
+def _traces(trace: list, segments: list) -> bool:
+    """Whether a stored trace is the trace of these segments (a damaged or foreign one is no trace of them)."""
+    shown = [row.get("text") for row in trace if row.get("type") == "token"]
+    return shown == [text for text, _ in segments]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import SpecchatError, one_line
+from .trace import packed, unpacked
 
 Segment = tuple[str, str]  # (text, kind) where kind is a TokenKind value
 BUSY_TIMEOUT_S = 5.0
@@ -61,7 +62,12 @@ def _v2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE messages ADD COLUMN target_id TEXT")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
+def _v3(db: sqlite3.Connection) -> None:
+    # Every event of a reply (chats/trace.py, compressed): what the token inspector and the replay read.
+    db.execute("ALTER TABLE messages ADD COLUMN trace BLOB")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -79,6 +85,7 @@ class StoredMessage:
     finish_reason: str | None = None
     telemetry: dict | None = None
     target_id: str | None = None
+    trace: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -239,9 +246,10 @@ class Store:
             self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, start))
             self.db.executemany(
                 "INSERT INTO messages (conversation_id, position, role, content, tokens, segments, ghosts,"
-                " finish_reason, telemetry, target_id, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " finish_reason, telemetry, target_id, trace, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(conversation_id, start + i, m.role, m.content, _json(m.tokens), _json(m.segments),
-                  _json(m.ghosts or None), m.finish_reason, _json(m.telemetry), m.target_id, now)
+                  _json(m.ghosts or None), m.finish_reason, _json(m.telemetry), m.target_id,
+                  packed(m.trace) if m.trace else None, now)
                  for i, m in enumerate(messages)],
             )
             self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
@@ -256,17 +264,18 @@ class Store:
     @_one_line_errors
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         rows = self.db.execute(
-            "SELECT role, content, tokens, segments, ghosts, finish_reason, telemetry, target_id FROM messages"
+            "SELECT role, content, tokens, segments, ghosts, finish_reason, telemetry, target_id, trace FROM messages"
             " WHERE conversation_id = ? ORDER BY position",
             (conversation_id,),
         ).fetchall()
         messages = []
-        for role, content, tokens, segments, ghosts, finish_reason, telemetry, target_id in rows:
+        for role, content, tokens, segments, ghosts, finish_reason, telemetry, target_id, trace in rows:
             segments = _load(segments, _SEGMENTS)
             ghosts = _load(ghosts, _GHOSTS)
             messages.append(StoredMessage(
                 role, content, _load(tokens, _TOKENS), [tuple(s) for s in segments] if segments else None,
                 [tuple(g) for g in ghosts] if ghosts else [], finish_reason, _load(telemetry, _TELEMETRY), target_id,
+                _trace(trace),
             ))
         return messages
 
@@ -330,6 +339,16 @@ def _set_aside(path: Path) -> Path:
         if Path(f"{path}{suffix}").exists():
             os.replace(f"{path}{suffix}", f"{aside}{suffix}")
     return aside
+
+
+def _trace(blob: object) -> list[dict]:
+    """A stored trace; a damaged one is none (the reply still shows, it cannot be inspected or replayed)."""
+    if not isinstance(blob, bytes):
+        return []
+    try:
+        return unpacked(blob)
+    except ValueError:
+        return []
 
 
 def _json(value: object) -> str | None:

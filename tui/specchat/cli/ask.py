@@ -36,6 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ask = sub.add_parser("ask", help="answer one prompt, coloured by token provenance")
     add_generation_options(ask)
     ask.add_argument("--json", action="store_true", help="one JSON object per line: tokens, rejected drafts, summary")
+    ask.add_argument("--probs", type=int, default=0, metavar="N",
+                     help="with --json: each token's N most likely candidates as the target saw them (a 'top' field)")
     ask.add_argument("--ghosts", action="store_true", help="show rejected draft tokens as struck-through ghost text")
     ask.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                      help="colour tokens by provenance: auto (a terminal, unless NO_COLOR is set), always or never")
@@ -72,35 +74,25 @@ def use_color(choice: str, stream: TextIO) -> bool:
 
 def render_events(events: Iterable[Any], out: TextIO, *, color: bool, ghosts: bool, as_json: bool) -> str:
     """Write a reply's events to ``out``; returns the finish reason."""
+    from ..chats.trace import row_of
     from ..engine.events import ContextTrimmed, DraftRejected, ReplyFinished, TokenEmitted
 
     finish = "stop"
     for event in events:
-        if isinstance(event, TokenEmitted):
-            if as_json:
-                row = {"type": "token", "text": event.text, "token": event.token, "kind": event.kind.value,
-                       "step": event.step, "elapsed": round(event.elapsed, 6)}
-                out.write(json.dumps(row) + "\n")
-            else:
-                out.write(ansi(event.text, event.kind) if color else event.text)
+        if isinstance(event, ReplyFinished):
+            finish = event.finish_reason
+        if as_json:
+            out.write(json.dumps(row_of(event)) + "\n")
+        elif isinstance(event, TokenEmitted):
+            out.write(ansi(event.text, event.kind) if color else event.text)
         elif isinstance(event, DraftRejected):
-            if as_json:
-                out.write(json.dumps({"type": "rejected", "text": event.text, "tokens": list(event.tokens), "step": event.step}) + "\n")
-            elif ghosts and color:
+            if ghosts and color:
                 out.write(ANSI_GHOST + event.text + ANSI_RESET)
         elif isinstance(event, ContextTrimmed):
-            if as_json:
-                out.write(json.dumps({"type": "context_trimmed", "dropped_messages": event.dropped_messages,
-                                      "tokens_before": event.tokens_before, "tokens_after": event.tokens_after}) + "\n")
-            else:
-                print(f"(context full: dropped the {event.dropped_messages} oldest messages)", file=sys.stderr)
+            print(f"(context full: dropped the {event.dropped_messages} oldest messages)", file=sys.stderr)
         elif isinstance(event, ReplyFinished):
-            finish = event.finish_reason
-            if as_json:
-                out.write(json.dumps({"type": "summary", "finish_reason": finish, **event.stats.summary()}) + "\n")
-            else:
-                line = summary_line(event.stats, finish)
-                out.write("\n" + (ANSI["dim"] + line + ANSI_RESET if color else line) + "\n")
+            line = summary_line(event.stats, finish)
+            out.write("\n" + (ANSI["dim"] + line + ANSI_RESET if color else line) + "\n")
         out.flush()
     return finish
 
@@ -140,6 +132,8 @@ def read_prompt(argument: str, stdin: TextIO) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.probs < 0 or (args.probs and not args.json):
+        raise ConfigError("--probs N needs --json and N ≥ 1: e.g. specchat ask --json --probs 5 \"…\"")
     prompt = read_prompt(args.prompt, sys.stdin)
     backend = open_backend_for(args)
     try:
@@ -148,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         system = backend.config.system_prompt
         history = [Message("system", system)] if system else []
         with StopOnInterrupt() as stop:
-            events = backend.answer(history, prompt, max_tokens=args.max_tokens, should_stop=stop)
+            events = backend.answer(history, prompt, max_tokens=args.max_tokens, should_stop=stop, top=args.probs)
             finish = render_events(events, sys.stdout, color=use_color(args.color, sys.stdout) and not args.json,
                                    ghosts=args.ghosts, as_json=args.json)
     finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter
 
 import llama_cpp as lc
@@ -19,19 +19,22 @@ import numpy as np
 from .. import paths
 from ..errors import ConfigError
 from .auto import AutoDraftLength, MatchHazards, VerifyCost
+from .candidates import Ranked, RowJudgement, ranked
 from .chat_template import ChatTemplate
 from .config import DEFAULT_MAX_TOKENS, SWITCHED_OFF_BY_HAND, EngineConfig, SpecConfig
 from .conversation import Conversation, Message
 from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
 from .cpu import ThreadGovernor
-from .drafters import Drafter, NgramDrafter
+from .drafters import Draft, Drafter, NgramDrafter
 from .events import (
+    Candidate,
     DraftRejected,
     Event,
     ReplyFinished,
     ReplyStarted,
     SpeculationChanged,
     SpeculationState,
+    Judgement,
     StepVerified,
     ThreadsAdjusted,
     TokenEmitted,
@@ -58,6 +61,7 @@ class _Reply:
     stats: ReplyStats
     started: float
     state: SpeculationState  # the speculation state the reply last announced
+    rules: Rules  # the engine's, keeping ``top`` candidates per position when the reply was asked to
     tokens: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
@@ -350,12 +354,17 @@ class Engine:
         *,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         should_stop: Callable[[], bool] = lambda: False,
+        top: int = 0,
     ) -> Iterator[Event]:
-        """Answer ``user_text``, yielding events as tokens are decided. Stops between steps when ``should_stop()``."""
+        """Answer ``user_text``, yielding events as tokens are decided. Stops between steps when ``should_stop()``.
+        With ``top``, each token carries its ``Judgement``: the ``top`` best candidates of the target (and of a model
+        draft) at its position, for the token inspector."""
         if not user_text.strip():
             raise ConfigError("the message is empty — type something to send")
         if max_tokens < 1:
             raise ConfigError(f"max_tokens must be ≥ 1, got {max_tokens}")
+        if top < 0:
+            raise ConfigError(f"the number of candidates kept per token must be ≥ 0, got {top}")
         started = perf_counter()
         cfg = self.config
         user = Message("user", user_text)
@@ -373,7 +382,7 @@ class Engine:
         self._index_anew_unless_grown(before)
         yield ReplyStarted(len(prompt), reused, len(prompt) - reused, cfg.n_ctx, state)
 
-        reply = _Reply(stats, started, state)
+        reply = _Reply(stats, started, state, replace(self.rules, top=top))
         finish: str | None = None
         governor = self._governor
         if governor is not None:
@@ -385,11 +394,13 @@ class Engine:
             t = perf_counter()
             stats.prefill_tokens = self.ctx.sync(prompt)
             stats.t_prefill = perf_counter() - t
-            first = pick(self.ctx.logits()[-1], cfg.sampling, self.rules.rng)
+            row = self.ctx.logits()[-1]
+            judged = [RowJudgement(ranked(row, top)[0])] if top else []
+            first = pick(row, cfg.sampling, self.rules.rng)
             if self.target.is_eog(first):
                 finish = "stop"
             else:
-                yield self._emit(reply, first, TokenKind.TARGET, 0)
+                yield self._emit(reply, first, TokenKind.TARGET, 0, self._judgement(judged, None, 0))
             step = 0
             while finish is None:
                 room = cfg.n_ctx - len(self.ctx.cached) - 1  # slots left after the pending token
@@ -404,7 +415,7 @@ class Engine:
                     # Room for the target's own token after the draft, so every judged token can be shown.
                     limit = min(room, max_tokens - stats.generated - 1, (self.max_verify or self.ctx.n_batch) - 1)
                     k, choose = self._draft_length(limit)
-                    outcome = speculate(self.ctx, self.tokens, self.drafter, k, self.rules, choose)
+                    outcome = speculate(self.ctx, self.tokens, self.drafter, k, reply.rules, choose)
                     yield from self._step_events(reply, outcome, step)
                     if outcome.ends_reply:
                         finish = "stop"
@@ -448,13 +459,16 @@ class Engine:
         stats.t_draft += outcome.t_draft
         stats.t_verify += outcome.t_verify
         stats.record_step(outcome.drafted, outcome.n_accepted, outcome.ignored, outcome.withheld)
-        for token in outcome.accepted:
-            yield self._emit(reply, token, TokenKind.ACCEPTED, step)
+        rows, draft = outcome.rows, outcome.draft
+        for i, token in enumerate(outcome.accepted):
+            yield self._emit(reply, token, TokenKind.ACCEPTED, step, self._judgement(rows, draft, i))
         if outcome.rejected:
-            tail = outcome.rejected
-            yield DraftRejected(tuple(tail), self.target.detokenize([t for t in tail if t < self.target.n_vocab]), step)
+            tail, start = outcome.rejected, outcome.n_accepted
+            tops = tuple(self._candidates(t) for t in (draft.tops or [])[start:])
+            yield DraftRejected(tuple(tail), self.target.detokenize([t for t in tail if t < self.target.n_vocab]), step,
+                                tuple(self._text(t) for t in tail), tops)
         if outcome.token is not None and not self.target.is_eog(outcome.token):
-            yield self._emit(reply, outcome.token, outcome.kind, step)
+            yield self._emit(reply, outcome.token, outcome.kind, step, self._judgement(rows, draft, outcome.n_accepted))
         auto = self._auto
         if isinstance(auto, MatchHazards):
             auto.observe(outcome.match, outcome.judgements())
@@ -470,7 +484,32 @@ class Engine:
         yield StepVerified(step, outcome.drafted, outcome.n_accepted, outcome.ignored, outcome.withheld,
                            self.n_max, len(self.tokens))
 
-    def _emit(self, reply: _Reply, token: int, kind: TokenKind, step: int) -> TokenEmitted:
+    def _text(self, token: int) -> str:
+        return self.target.piece(token).decode("utf-8", "replace") if 0 <= token < self.target.n_vocab else ""
+
+    def _candidates(self, best: Ranked) -> tuple[Candidate, ...]:
+        return tuple(Candidate(token, self._text(token), p) for token, p in best)
+
+    def _judgement(self, rows: list[RowJudgement], draft: Draft | None, i: int) -> Judgement | None:
+        """What decided the token at position ``i`` of a step (None when the reply keeps no candidates)."""
+        if not rows:
+            return None
+        row = rows[i]
+        if draft is None or i >= len(draft.tokens):  # a plain token, or a bonus: no draft token was judged here
+            return Judgement(i, self._candidates(row.top), match=draft.match if draft else 0)
+        token = draft.tokens[i]
+        tops = draft.tops[i] if draft.tops is not None and i < len(draft.tops) else ()
+        if draft.q is not None:
+            q: float | None = draft.q[i].prob(token)
+        else:  # a greedy model draft drafts its most likely token; an n-gram draft has no probability
+            q = tops[0][1] if tops and tops[0][0] == token else None
+        return Judgement(i, self._candidates(row.top), self._candidates(tops),
+                         Candidate(token, self._text(token), row.p_drafted or 0.0), q, row.accept, draft.match,
+                         self.target.detokenize([t for t in draft.copied if 0 <= t < self.target.n_vocab])
+                         if draft.copied else "", draft.remembered)
+
+    def _emit(self, reply: _Reply, token: int, kind: TokenKind, step: int,
+              judgement: Judgement | None = None) -> TokenEmitted:
         stats = reply.stats
         text = reply.decoder.decode(self.target.piece(token))
         reply.tokens.append(token)
@@ -478,4 +517,4 @@ class Engine:
         self.chat.generated(token)
         elapsed = perf_counter() - reply.started
         stats.token_emitted(kind, step, elapsed)
-        return TokenEmitted(token, text, kind, step, elapsed)
+        return TokenEmitted(token, text, kind, step, elapsed, judgement)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .candidates import Ranked, ranked
 from .llama import SequenceCache, common_prefix
 from .sampling import Dist, distribution, greedy_token, top_probability
 
@@ -20,6 +21,11 @@ class Draft:
     q: list[Dist] | None = None
     withheld: int = 0  # 1 when drafting stopped because the next token's confidence was below p_min
     match: int = 0  # n-gram drafts: how many tokens before the copied text matched the end of the conversation
+    # For the inspector (``Rules.top``): a model draft's best candidates at each drafted position; an n-gram draft's
+    # source, the matched tokens then the copied ones, and whether it was a reply remembered from another chat.
+    tops: list[Ranked] | None = None
+    copied: list[int] | None = None
+    remembered: bool = False
 
 
 NO_DRAFT = Draft([])
@@ -49,18 +55,21 @@ class ModelDrafter:
         sampling = rules.sampling
         tokens: list[int] = []
         qs: list[Dist] = []
+        tops: list[Ranked] | None = [] if rules.top else None
         for i in range(n_max):
             row = self.ctx.logits()[-1]
+            if tops is not None:
+                tops.append(ranked(row, rules.top)[0])
             # Confidence depends only on what precedes this position, never on the token drawn for it, so stopping
             # here keeps sampled output exact.
             if sampling.greedy:
                 if rules.p_min > 0 and top_probability(row) < rules.p_min:
-                    return Draft(tokens, None, withheld=1)
+                    return Draft(tokens, None, withheld=1, tops=tops and tops[:-1])
                 token = greedy_token(row)
             else:
                 q = distribution(row, sampling)
                 if q.top_prob() < rules.p_min:
-                    return Draft(tokens, qs, withheld=1)
+                    return Draft(tokens, qs, withheld=1, tops=tops and tops[:-1])
                 token = q.sample(rules.draft_rng)
                 qs.append(q)
             tokens.append(token)
@@ -69,7 +78,7 @@ class ModelDrafter:
                 break
             if i + 1 < n_max:
                 self.ctx.decode([token])
-        return Draft(tokens, None if sampling.greedy else qs)
+        return Draft(tokens, None if sampling.greedy else qs, tops=tops)
 
 
 class _Index:
@@ -161,12 +170,12 @@ class NgramDrafter:
 
     def _continuation(self, seq: Sequence[int], occurrences: list[tuple[Sequence[int], int, int]], n: int, n_max: int,
                       rules: Rules) -> Draft:
-        ranked = sorted(((self._match_length(seq, source, follow, n), current, follow, source)
-                         for source, follow, current in occurrences), key=lambda m: m[:3], reverse=True)
-        best = ranked[0][0]
+        matches = sorted(((self._match_length(seq, source, follow, n), current, follow, source)
+                          for source, follow, current in occurrences), key=lambda m: m[:3], reverse=True)
+        best = matches[0][0]
         # Occurrences that matched about as well as the best one; much shorter matches are weaker evidence.
         # (An occurrence that ends its remembered sequence has nothing after it: the separator is no token.)
-        group = [(source, follow) for length, _, follow, source in ranked
+        group = [(source, follow) for length, _, follow, source in matches
                  if length * 2 >= best and follow < len(source) and source[follow] != self.SEPARATOR]
         if not group:
             return NO_DRAFT
@@ -180,7 +189,12 @@ class NgramDrafter:
             if len(ahead) != 1 or self.SEPARATOR in ahead:
                 break  # the copies diverge here, or none goes further
             tokens.append(ahead.pop())
-        return Draft(tokens, match=best)
+        if not rules.top:
+            return Draft(tokens, match=best)
+        source, follow = group[0]  # the best-ranked occurrence that agreed: the text shown as the copy's source
+        start = follow - self._match_length(seq, source, follow, n)
+        return Draft(tokens, match=best, copied=list(source[start: follow + len(tokens)]),
+                     remembered=source is self._memory)
 
     def _match_length(self, seq: Sequence[int], source: Sequence[int], follow: int, n: int) -> int:
         """How many tokens before ``follow`` in ``source`` equal the end of ``seq`` (at least the key's ``n``)."""

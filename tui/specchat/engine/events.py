@@ -58,12 +58,36 @@ class SpeculationChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class Candidate:
+    token: int
+    text: str
+    p: float  # softmax of the model's raw logits at this position (temperature 1), as llama-server's n_probs
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What decided one token, for the token inspector; kept only when a reply is asked for it (``top``)."""
+
+    position: int  # in its step's draft: an accepted token i at i, the correction or bonus after the accepted ones
+    top: tuple[Candidate, ...]  # the target's best candidates at this position, most likely first
+    draft_top: tuple[Candidate, ...] = ()  # a model draft's best candidates at the same position
+    drafted: Candidate | None = None  # the draft's token here, with the target's p of it (a correction: the rejected)
+    q: float | None = None  # the draft's probability of ``drafted`` (a model draft; its sampling chain's if sampled)
+    accept: float | None = None  # min(1, p/q) through the sampling chain: a sampled model draft's chance here
+    match: int = 0  # an n-gram draft: how many tokens matched the end of the conversation
+    copied: str = ""  # an n-gram draft: the earlier text it copied from, the matched part first
+    remembered: bool = False  # an n-gram draft copied from a reply of an earlier chat
+    unknown: str = ""  # what the backend cannot tell about this token (a server does not say what it rejected)
+
+
+@dataclass(frozen=True, slots=True)
 class TokenEmitted:
     token: int
     text: str
     kind: TokenKind
     step: int
     elapsed: float  # seconds since the reply was requested, so views need no clock of their own
+    judgement: Judgement | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +95,8 @@ class DraftRejected:
     tokens: tuple[int, ...]
     text: str
     step: int
+    pieces: tuple[str, ...] = ()  # each rejected token's own text
+    draft_tops: tuple[tuple[Candidate, ...], ...] = ()  # a model draft's best candidates at each rejected position
 
 
 @dataclass(frozen=True, slots=True)

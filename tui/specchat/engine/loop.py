@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .candidates import RowJudgement, judge_rows
 from .drafters import NO_DRAFT, Draft, Drafter
 from .events import TokenKind
 from .llama import SequenceCache
@@ -40,6 +41,7 @@ class Rules:
     vocab: Vocabulary  # the target's: which ids exist, which end a reply
     n_min: int = 0
     p_min: float = 0.0
+    top: int = 0  # best candidates kept per judged position for the token inspector (0: none, and no cost)
 
 
 @dataclass
@@ -58,6 +60,8 @@ class StepOutcome:
     next_proposed: int | None = None
     t_draft: float = 0.0
     t_verify: float = 0.0
+    draft: Draft = NO_DRAFT  # as verified
+    rows: list[RowJudgement] = field(default_factory=list)  # with ``Rules.top``: rows 0..n_accepted, as judged
 
     def judgements(self) -> list[bool]:
         """Position by position from the proposal's first token, whether it was the target's: the accepted draft
@@ -96,6 +100,9 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
     readable = next((i for i, t in enumerate(draft.tokens) if t >= rules.vocab.n_vocab), len(draft.tokens))
     target.decode([tokens[-1], *draft.tokens[:readable]], all_logits=True)
     n_accepted, token = verify(target.logits(), draft, rules)
+    # What decided each shown token, for the inspector: the rows that judged the accepted tokens and chose the last.
+    rows = judge_rows(target.logits(), draft.tokens, draft.q, n_accepted + (token is not None), rules.top,
+                      rules.sampling) if rules.top else []
 
     # 3. Accept and roll back: the cache keeps the pending token and the accepted draft tokens (an accepted end
     # token is not kept: the reply ends before it, as it does before the target's own end token).
@@ -115,7 +122,7 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
         accepted=draft.tokens[: n_accepted - ended_in_draft], rejected=draft.tokens[n_accepted:],
         token=token, kind=kind, ends_reply=ended_in_draft or rules.vocab.is_eog(token),
         ignored=ignored, withheld=draft.withheld, match=draft.match, next_proposed=next_proposed,
-        t_draft=t_draft, t_verify=t_verify,
+        t_draft=t_draft, t_verify=t_verify, draft=draft, rows=rows,
     )
 
 

@@ -15,6 +15,7 @@ from prompt_toolkit.document import Document
 from .. import paths
 from ..chats.choice import Choice
 from ..chats.records import UserTurn
+from ..chats.replay import NO_TRACE, Replay, step_lines, token_lines
 from ..errors import SpecchatError, one_line
 from ..figures import DASH
 from ..profiles import available_profiles
@@ -133,6 +134,45 @@ def _stats(repl: Repl, _arg: str) -> None:
     repl.say(json.dumps(record.stats, indent=1, default=str))
 
 
+def _inspect(repl: Repl, arg: str) -> None:
+    record = repl.session.last_reply
+    if record is None or not record.segments:
+        repl.say("no reply to inspect yet — ask something first", "class:warn")
+        return
+    count = len(record.segments)
+    if not arg:
+        marked = [f"#{i + 1} {text!r}" for i, (text, kind) in enumerate(record.segments) if kind == "corrected"]
+        repl.say(f"the last reply has {count} tokens — /inspect N explains token N (1 = the first, -1 = the last)"
+                 + (f"; its corrections: {', '.join(marked[:12])}" + (" …" if len(marked) > 12 else "") if marked
+                    else ""), "class:dim")
+        return
+    n = int(arg) if arg.lstrip("-").isdigit() else 0
+    if not (1 <= n <= count or -count <= n <= -1):
+        repl.say(f"usage: /inspect N — N from 1 to {count}, or -1 for the last token", "class:warn")
+        return
+    for line in token_lines(record, n - 1 if n > 0 else count + n):
+        repl.say("  " + line)
+
+
+def _replay(repl: Repl, arg: str) -> None:
+    record = repl.session.last_reply
+    if record is None or record.streaming:
+        repl.say("no finished reply to replay yet — ask something first", "class:warn")
+        return
+    if not record.trace:
+        repl.say(NO_TRACE, "class:warn")
+        return
+    replay = Replay.of(record.trace)
+    numbers = [s.number for s in replay.steps]
+    if arg and not (arg.isdigit() and int(arg) in numbers):
+        repl.say(f"usage: /replay [STEP] — the last reply's steps are 0 … {numbers[-1]}", "class:warn")
+        return
+    for i, step in enumerate(replay.steps):
+        if not arg or step.number == int(arg):
+            for line in step_lines(replay, i):
+                repl.say(line, "class:dim" if line.startswith("  so far") else "")
+
+
 def _system(repl: Repl, text: str) -> None:
     repl.controller.set_system_prompt(text)
     repl.say(f"system prompt {'set' if text.strip() else 'cleared'} for this chat", "class:dim")
@@ -188,6 +228,8 @@ COMMANDS: dict[str, Command] = {
     "/ghosts": Command("/ghosts", "show rejected draft tokens, struck through", _ghosts),
     "/ab": Command("/ab", "rerun the last prompt without speculation and compare", _ab),
     "/stats": Command("/stats", "the last reply's telemetry in full", _stats),
+    "/inspect": Command("/inspect [N]", "what decided token N of the last reply: candidates, draft, verdict", _inspect),
+    "/replay": Command("/replay [STEP]", "the last reply step by step: drafts, verification, figures", _replay),
     "/system": Command("/system TEXT", "this chat's system prompt (empty: none)", _system),
     "/new": Command("/new", "start a new chat", _new),
     "/chats": Command("/chats", "saved chats, newest first", _chats),

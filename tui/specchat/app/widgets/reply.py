@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 
+from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.geometry import Size
+from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
@@ -23,6 +26,7 @@ CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 # While streaming, a reply keeps blank lines below its text: a line added inside them changes no widget's size, so the
 # frame needs no layout pass (and the chat scrolls only when they run out).
 ROOM_LINES = 6
+SEGMENT = "segment"  # the style meta key that holds a token's index, for a click
 
 
 def legend() -> Text:
@@ -36,11 +40,18 @@ def legend() -> Text:
 
 
 def provenance_text(segments: list[tuple[str, str]], ghosts: dict[int, str], show_ghosts: bool,
-                    offset: int = 0) -> Text:
-    """Segments coloured by provenance; ``ghosts`` is keyed by segment index, counted from ``offset``."""
+                    offset: int = 0, marked: frozenset[int] = frozenset(), clickable: bool = False) -> Text:
+    """Segments coloured by provenance; ``ghosts`` is keyed by segment index, counted from ``offset``. ``marked``
+    segments show in reverse video (the inspector's token, a replayed step); a ``clickable`` text carries each
+    segment's index in its style, so a click can tell which token it hit."""
     text = Text()
     for i, (piece, kind) in enumerate(segments, start=offset):
-        text.append(piece, style=STYLES.get(kind, ""))
+        style: str | Style = STYLES.get(kind, "")
+        if i in marked:
+            style = f"{style} reverse"
+        if clickable:
+            style = Style.parse(style) + Style(meta={SEGMENT: i}) if style else Style(meta={SEGMENT: i})
+        text.append(piece, style=style)
         if show_ghosts and i in ghosts:
             text.append(ghosts[i], style=GHOST_STYLE)
     return text
@@ -62,6 +73,7 @@ class ProvenanceLines(TextLines, Widget):
         self._show_ghosts = False
         self._first = self._end = 0
         self._streaming = False
+        self._marked: frozenset[int] = frozenset()
         self._paragraphs: list[Text] = []  # closed paragraphs, then the open one
         self._open_from = 0  # index of the open paragraph's first segment
         self._closed_lines: list[Text] = []  # the closed paragraphs, wrapped
@@ -73,11 +85,25 @@ class ProvenanceLines(TextLines, Widget):
         """The text shown, unwrapped."""
         return Text("\n").join(self._paragraphs)
 
+    class TokenClicked(Message):
+        """A token of this text was clicked (its index in the segments)."""
+
+        def __init__(self, lines: ProvenanceLines, index: int) -> None:
+            super().__init__()
+            self.lines, self.index = lines, index
+
+        @property
+        def control(self) -> ProvenanceLines:
+            return self.lines
+
     def show(self, segments: list[tuple[str, str]], ghosts: dict[int, str], show_ghosts: bool, first: int,
-             end: int, *, streaming: bool = False) -> None:
-        """Show ``segments[first:end]``; ghosts are keyed by index in ``segments``."""
-        if (show_ghosts, first) != (self._show_ghosts, self._first) or end < self._end:
+             end: int, *, streaming: bool = False, marked: frozenset[int] = frozenset()) -> None:
+        """Show ``segments[first:end]``; ghosts are keyed by index in ``segments``, so are the ``marked`` ones. A
+        finished text is clickable token by token (while streaming the styles stay plain: cheaper to draw)."""
+        if (show_ghosts, first, marked, streaming) != (self._show_ghosts, self._first, self._marked,
+                                                       self._streaming) or end < self._end:
             self._reset(first)
+        self._marked = marked
         self._segments, self._ghosts, self._show_ghosts = segments, ghosts, show_ghosts
         self._first, self._end, self._streaming = first, end, streaming
         if self.size.width:  # else the first layout wraps the text, in get_content_height
@@ -85,6 +111,11 @@ class ProvenanceLines(TextLines, Widget):
 
     def on_resize(self) -> None:
         self._update()
+
+    def on_click(self, event: events.Click) -> None:
+        index = event.style.meta.get(SEGMENT)
+        if isinstance(index, int):
+            self.post_message(self.TokenClicked(self, index))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if width != self._width:
@@ -114,13 +145,15 @@ class ProvenanceLines(TextLines, Widget):
         start = self._open_from
         for i in range(start, self._end - 1):
             if self._segments[i][0].endswith("\n") and not (self._show_ghosts and i in self._ghosts):
-                paragraph = provenance_text(self._segments[start:i + 1], self._ghosts, self._show_ghosts, offset=start)
+                paragraph = provenance_text(self._segments[start:i + 1], self._ghosts, self._show_ghosts, start,
+                                            self._marked, not self._streaming)
                 paragraph.right_crop(1)  # the line end: the next paragraph starts on the next line anyway
                 closed.append(paragraph)
                 self._closed_lines.extend(paragraph.wrap(console, width))
                 start = i + 1
         self._open_from = start
-        open_paragraph = provenance_text(self._segments[start:self._end], self._ghosts, self._show_ghosts, offset=start)
+        open_paragraph = provenance_text(self._segments[start:self._end], self._ghosts, self._show_ghosts, start,
+                                         self._marked, not self._streaming)
         self._paragraphs = [*closed, open_paragraph]
         return self._closed_lines + list(open_paragraph.wrap(console, width)), kept
 
@@ -175,6 +208,7 @@ class ReplyView(Vertical):
         self._answer_from: int | None = None  # index of the first answer segment, once the thinking is known
         self._streamed = record.streaming  # seen streaming: its thinking box folds when it finishes
         self._ready = False
+        self.marked: frozenset[int] = frozenset()  # segments shown in reverse: the inspector's token
 
     def compose(self) -> ComposeResult:
         yield self.body
@@ -207,6 +241,13 @@ class ReplyView(Vertical):
         self.show_ghosts = show
         self.refresh_view()
 
+    def mark(self, indices: frozenset[int]) -> None:
+        """Show these segments in reverse video (the inspector's cursor); the Markdown view gives way to the tokens."""
+        self.marked = indices
+        if indices and self.markdown:
+            self.markdown = False
+        self.refresh_view()
+
     def set_markdown(self, markdown: bool) -> None:
         self.markdown = markdown and self.finish_reason is not None
         self.refresh_view()
@@ -235,7 +276,7 @@ class ReplyView(Vertical):
         if self.think_box is not None and self.think_text is not None:
             self.think_box.display = first > 0
             self.think_text.show(self.segments, self.ghosts, self.show_ghosts, 0, first,
-                                 streaming=streaming and first == len(self.segments))
+                                 streaming=streaming and first == len(self.segments), marked=self.marked)
         self.body.display = not self.markdown
         if self.markdown:
             answer = "".join(piece for piece, _ in self.segments[first:])
@@ -248,7 +289,7 @@ class ReplyView(Vertical):
             self.rendered.display = self.markdown
         if not self.markdown:
             self.body.show(self.segments, self.ghosts, self.show_ghosts, first, len(self.segments),
-                           streaming=streaming and first < len(self.segments))
+                           streaming=streaming and first < len(self.segments), marked=self.marked)
         label = FINISH_LABELS.get(self.finish_reason or "")
         if label and self.status_line is None:
             self.status_line = Static(classes="reply-status")

@@ -1,0 +1,86 @@
+"""The token inspector: a cursor over the chat's reply tokens and a panel saying what decided the one under it.
+
+It reads only the reply's record (its trace: ``chats/replay.token_lines``), so a reopened chat is inspected as it was
+live. Arrow keys move the cursor (←/→ a token, ↑/↓ a reply, Home/End), Esc gives the keyboard back to the prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import Static
+
+from ...chats.replay import token_lines
+from .reply import ReplyView
+
+INSPECTOR_BINDINGS = [
+    Binding("left", "move(-1)", "Token before", id="inspect_previous", tooltip="The token before"),
+    Binding("right", "move(1)", "Token after", id="inspect_next", tooltip="The token after"),
+    Binding("up", "reply(-1)", "Reply before", id="inspect_reply_up", tooltip="The last token of the reply before"),
+    Binding("down", "reply(1)", "Reply after", id="inspect_reply_down", tooltip="The last token of the reply after"),
+    Binding("home", "edge(0)", "First token", id="inspect_first", show=False, tooltip="The reply's first token"),
+    Binding("end", "edge(-1)", "Last token", id="inspect_last", show=False, tooltip="The reply's last token"),
+    Binding("escape", "close", "Close", id="inspect_close", tooltip="Close the inspector; the prompt takes the keys"),
+]
+
+
+class Inspector(Static, can_focus=True):
+    BINDINGS = INSPECTOR_BINDINGS
+
+    def __init__(self, views: Callable[[], list[ReplyView]], on_close: Callable[[], None]) -> None:
+        super().__init__(id="inspector")
+        self._views, self._on_close = views, on_close
+        self.view: ReplyView | None = None
+        self.index = 0
+        self.display = False
+
+    def open(self, view: ReplyView, index: int | None = None) -> None:
+        """Inspect token ``index`` of ``view`` (its last when None) and take the keyboard."""
+        count = len(view.segments)
+        if not count:
+            return
+        self._select(view, count - 1 if index is None else max(0, min(index, count - 1)))
+        self.display = True
+        self.focus()
+
+    def _select(self, view: ReplyView, index: int) -> None:
+        if self.view is not None and self.view is not view and self.view.is_attached:
+            self.view.mark(frozenset())
+        self.view, self.index = view, index
+        view.mark(frozenset({index}))
+        view.scroll_visible()
+        self.update(self.describe())
+
+    def describe(self) -> Text:
+        assert self.view is not None
+        lines = token_lines(self.view.record, self.index)
+        text = Text(f"token {self.index + 1} of {len(self.view.segments)} · ", style="dim")
+        text.append(lines[0], style="bold")
+        for line in lines[1:]:
+            text.append("\n" + line)
+        return text
+
+    def action_move(self, delta: int) -> None:
+        if self.view is not None:
+            self._select(self.view, max(0, min(self.index + delta, len(self.view.segments) - 1)))
+
+    def action_edge(self, end: int) -> None:
+        if self.view is not None:
+            self._select(self.view, 0 if end == 0 else len(self.view.segments) - 1)
+
+    def action_reply(self, delta: int) -> None:
+        views = [v for v in self._views() if v.segments]
+        if self.view not in views:
+            return
+        i = views.index(self.view) + delta
+        if 0 <= i < len(views):
+            self._select(views[i], len(views[i].segments) - 1)
+
+    def action_close(self) -> None:
+        if self.view is not None and self.view.is_attached:
+            self.view.mark(frozenset())
+        self.view = None
+        self.display = False
+        self._on_close()

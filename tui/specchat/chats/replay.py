@@ -1,0 +1,173 @@
+"""A stored reply read back step by step, and one token explained: what the app's replay and inspector, the REPL's
+``/replay`` and ``/inspect`` and ``specchat replay`` show — read from the reply's trace only (``chats/trace.py``), so
+a reopened chat shows exactly what the live reply did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..engine.events import DraftRejected, Event, Judgement, ReplyStarted, StepVerified, TokenEmitted, TokenKind
+from ..figures import DASH, num, pct
+from ..telemetry.live import LiveTelemetry
+from .records import ReplyRecord
+from .trace import Row, events_of
+
+NO_TRACE = "this reply was stored before specchat kept each step — only replies written since can be replayed"
+KIND_NAMES = {"accepted": "accepted draft token", "corrected": "the target's correction",
+              "bonus": "the target's bonus token", "target": "plain target token"}
+
+
+@dataclass
+class Step:
+    """One verify step as it happened (step 0: the token the prompt's prefill chose)."""
+
+    number: int
+    tokens: list[TokenEmitted] = field(default_factory=list)  # shown, in order: accepted ones, then the target's
+    rejected: DraftRejected | None = None
+    verified: StepVerified | None = None
+    events: int = 0  # how many of the reply's events lead up to this step's end (for the figures at that step)
+
+    @property
+    def accepted(self) -> list[TokenEmitted]:
+        return [t for t in self.tokens if t.kind is TokenKind.ACCEPTED]
+
+    @property
+    def own(self) -> TokenEmitted | None:
+        """The target's own token of the step: a correction, a bonus or a plain token (None: an end token)."""
+        return next((t for t in self.tokens if t.kind is not TokenKind.ACCEPTED), None)
+
+
+@dataclass
+class Replay:
+    events: list[Event]
+    steps: list[Step]
+
+    @classmethod
+    def of(cls, trace: list[Row]) -> Replay:
+        events = list(events_of(trace))
+        steps: list[Step] = []
+        for i, event in enumerate(events, start=1):
+            if isinstance(event, TokenEmitted | DraftRejected | StepVerified):
+                if not steps or steps[-1].number != event.step:
+                    steps.append(Step(event.step))
+                step = steps[-1]
+                if isinstance(event, TokenEmitted):
+                    step.tokens.append(event)
+                elif isinstance(event, DraftRejected):
+                    step.rejected = event
+                else:
+                    step.verified = event
+                step.events = i
+        return cls(events, steps)
+
+    def telemetry_at(self, index: int) -> LiveTelemetry:
+        """The sidebar's figures as they were when step ``index`` (of ``steps``) ended."""
+        telemetry = LiveTelemetry()
+        telemetry.consume(self.events[: self.steps[index].events])
+        return telemetry
+
+    @property
+    def started(self) -> ReplyStarted | None:
+        return next((e for e in self.events if isinstance(e, ReplyStarted)), None)
+
+
+def step_lines(replay: Replay, index: int) -> list[str]:
+    """Step ``index`` in words: its draft as proposed, what the target kept, its rejected tail, its own token, and
+    the reply's figures as they were then."""
+    step = replay.steps[index]
+    verified = step.verified
+    if verified is None:
+        own = step.own
+        lines = [f"step {step.number}: the prompt's prefill chose {_quote(own.text) if own else 'the end'}"]
+    else:
+        proposed = [t.text for t in step.accepted] + list(step.rejected.pieces if step.rejected else ())
+        head = f"step {step.number}: "
+        if verified.drafted:
+            head += f"drafted {verified.drafted} of n_max {verified.n_max}"
+            if proposed:
+                head += ": " + " ".join(_quote(p) for p in proposed)
+        else:
+            head += "no draft" + (f" ({verified.ignored} drafted, dropped by n_min)" if verified.ignored else "")
+        lines = [head]
+        if verified.drafted:
+            lines.append(f"  verified in one batch of {verified.drafted + 1}: accepted {verified.accepted} of"
+                         f" {verified.drafted}" + (" (the last is the end of the reply)"
+                                                     if verified.accepted > len(step.accepted) else ""))
+        if step.rejected is not None:
+            lines.append(f"  rejected tail: {_quote(step.rejected.text)}" if step.rejected.text or not step.rejected.tokens
+                         else f"  rejected tail: {len(step.rejected.tokens)} tokens (which ones the backend does not say)")
+        elif verified.drafted > verified.accepted:
+            lines.append(f"  rejected: {verified.drafted - verified.accepted} tokens (the backend does not say which)")
+        own = step.own
+        lines.append(f"  then {KIND_NAMES[own.kind.value].removeprefix('the ')}: {_quote(own.text)}" if own
+                     else "  then the end of the reply")
+    t = replay.telemetry_at(index)
+    counters = t.reply
+    lines.append(f"  so far: {t.reply_tokens} tokens · acceptance {pct(counters.acceptance_rate)} · mean accepted"
+                 f" length {num(counters.mean_acceptance_length, '.2f')} · {num(t.reply_rate(), '.1f', suffix=' tok/s')}"
+                 f" · TTFT {num(t.ttft, '.0f', 1000, ' ms')} · context {t.context_used}/{t.n_ctx or DASH}")
+    return lines
+
+
+def token_lines(record: ReplyRecord, index: int) -> list[str]:
+    """What decided token ``index`` of a reply (an index into its segments)."""
+    replay = Replay.of(record.trace) if record.trace else None
+    if replay is None:
+        return [NO_TRACE]
+    tokens = [t for s in replay.steps for t in s.tokens]
+    token = tokens[index]
+    step = next(s for s in replay.steps if token in s.tokens)
+    j = token.judgement
+    where = (f"step {token.step}" if token.step else "the prefill") + (
+        f", position {j.position + 1} of its draft" if j and step.verified and step.verified.drafted else "")
+    lines = [f"{_quote(token.text)} — {KIND_NAMES[token.kind.value]}, {where}"]
+    if j is None:
+        return lines + ["no candidates were kept for this reply (it was written before the inspector, or by a script)"]
+    lines += _judgement_lines(j, token)
+    if token.kind is TokenKind.CORRECTED and step.rejected is not None and step.rejected.pieces:
+        lines.append("rejected tail, position by position: " + " · ".join(
+            _proposed(piece, step.rejected.draft_tops[i] if i < len(step.rejected.draft_tops) else ())
+            for i, piece in enumerate(step.rejected.pieces)))
+    if j.unknown:
+        lines.append(f"not known: {j.unknown}")
+    return lines
+
+
+def _judgement_lines(j: Judgement, token: TokenEmitted) -> list[str]:
+    lines = []
+    if j.top:
+        lines.append("target's top: " + _ranked(j.top))
+    drafted = j.drafted
+    if drafted is not None:
+        q = f" (draft's p {pct(j.q)})" if j.q is not None else ""
+        if token.kind is TokenKind.ACCEPTED:
+            verdict = (f"accepted with probability min(1, p/q) = {pct(j.accept)}" if j.accept is not None
+                       else "accepted: it is what the target chose here")
+            lines.append(f"drafted {_quote(drafted.text)}{q}, target's p {_p(drafted.p)} — {verdict}")
+        else:
+            verdict = (f"rejected (its chance was min(1, p/q) = {pct(j.accept)}), the target drew {_quote(token.text)}"
+                       if j.accept is not None else f"rejected: the target chose {_quote(token.text)} instead")
+            lines.append(f"drafted {_quote(drafted.text)}{q}, target's p {_p(drafted.p)} — {verdict}")
+    if j.draft_top:
+        lines.append("draft's top: " + _ranked(j.draft_top))
+    if j.copied:
+        source = "a reply remembered from an earlier chat" if j.remembered else "earlier in this chat"
+        lines.append(f"n-gram draft: matched {j.match} tokens, copied from {source}: {_quote(j.copied)}")
+    return lines
+
+
+def _proposed(piece: str, top: tuple) -> str:
+    return _quote(piece) + (f" (draft's top: {_ranked(top[:3])})" if top else "")
+
+
+def _ranked(candidates) -> str:
+    return " · ".join(f"{_quote(c.text)} {_p(c.p)}" for c in candidates)
+
+
+def _p(p: float) -> str:
+    return f"{p:.1%}" if p >= 0.001 else f"{p:.1e}"
+
+
+def _quote(text: str) -> str:
+    return repr(text) if text else "''"

@@ -1,0 +1,80 @@
+"""``specchat replay``: a stored reply, step by step — or, with ``--json``, the events ``ask --json`` printed for it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+
+from ..errors import ConfigError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    replay = sub.add_parser("replay", help="step through a stored reply: each draft, its verification, the figures")
+    replay.add_argument("chat", nargs="?", default="",
+                        help="the chat: its number (as `specchat replay --list` shows) or words of its title;"
+                             " the last chat by default")
+    replay.add_argument("--reply", type=int, default=0, metavar="N",
+                        help="the chat's Nth reply (1 = the first; -1 = the last, the default)")
+    replay.add_argument("--json", action="store_true",
+                        help="the reply's events as JSON lines, as `specchat ask --json --probs 5` printed them")
+    replay.add_argument("--list", action="store_true", help="list the stored chats with their numbers")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import paths
+    from ..chats.replay import NO_TRACE, Replay, step_lines
+    from ..chats.session import turn_of
+    from ..chats.store import Store, StoreError
+
+    path = paths.chats_db()
+    if not path.exists():
+        raise ConfigError(f"no chats yet ({path} does not exist) — chat first: `specchat` or `specchat repl`")
+    try:
+        store = Store(path)
+    except (StoreError, sqlite3.Error) as exc:  # a damaged file: said in one line, and left as it is
+        raise ConfigError(f"cannot read the chat database {path}: {exc}") from None
+    try:
+        chats = store.conversations()
+        if args.list:
+            for chat in chats:
+                print(f"{chat.id:>5}  {chat.title}  ({chat.profile})")
+            return 0
+        chat = _chosen(chats, args.chat)
+        replies = [m for m in store.messages(chat.id) if m.role == "assistant"]
+    finally:
+        store.close()
+    if not replies:
+        raise ConfigError(f"chat {chat.id} ({chat.title!r}) has no reply yet")
+    n = args.reply or -1
+    if not (1 <= n <= len(replies) or -len(replies) <= n <= -1):
+        raise ConfigError(f"--reply {n}: chat {chat.id} has {len(replies)} replies (1 … {len(replies)}, or -1 for the last)")
+    record = turn_of(replies[n - 1 if n > 0 else n])
+    if not record.trace:
+        raise ConfigError(NO_TRACE)
+    if args.json:
+        for row in record.trace:
+            sys.stdout.write(json.dumps(row) + "\n")
+        return 0
+    replay = Replay.of(record.trace)
+    print(f"chat {chat.id} {chat.title!r} · reply {n if n > 0 else len(replies) + n + 1} of {len(replies)} ·"
+          f" {len(replay.steps)} steps")
+    for i in range(len(replay.steps)):
+        print("\n".join(step_lines(replay, i)))
+    return 0
+
+
+def _chosen(chats: list, wanted: str):
+    if not chats:
+        raise ConfigError("no chats are stored yet — chat first: `specchat` or `specchat repl`")
+    if not wanted:
+        return chats[0]  # the most recently updated
+    if wanted.isdigit():
+        found = [c for c in chats if c.id == int(wanted)]
+    else:
+        words = wanted.lower().split()
+        found = [c for c in chats if all(w in c.title.lower() for w in words)]
+    if not found:
+        raise ConfigError(f"no stored chat is {wanted!r} — `specchat replay --list` lists them")
+    return found[0]
