@@ -65,7 +65,23 @@ async def main() -> None:
             await pilot.press("ctrl+g", "f3")
             await pilot.pause(0.2)
             save(app, "finished-markdown")
-            await pilot.press("f3", "f2")
+            await pilot.press("f3", "f8")  # the inspector, moved with the arrows to the reply's last correction
+            await pilot.pause(0.2)
+            kinds = [kind for _, kind in app._last_reply.segments]
+            correction = max(i for i, kind in enumerate(kinds) if kind == "corrected")
+            await pilot.press(*["left"] * (len(kinds) - 1 - correction))
+            await pilot.pause(0.2)
+            save(app, "inspector")
+            await pilot.press("f9", *["right"] * 6)  # the replay of that reply, at its sixth step
+            await pilot.pause(0.3)
+            save(app, "replay")
+            await pilot.press("escape", "escape", "ctrl+t")  # speculation off by hand: the same target, nothing reloads
+            await until(pilot, lambda: app.busy is None and "switched off by hand" in app.sidebar.plain)
+            await pilot.pause(0.3)
+            save(app, "toggled-off")
+            await pilot.press("ctrl+t")
+            await until(pilot, lambda: app.busy is None and "switched off by hand" not in app.sidebar.plain)
+            await pilot.press("f2")
             await pilot.pause(0.5)
             save(app, "profile-picker")
             await pilot.press("escape", "f1")
@@ -96,6 +112,14 @@ def repl() -> None:
                     raise TimeoutError(f"the REPL did not show {text!r}:\n{screen()}")
                 time.sleep(0.2)
 
+        def capture(name: str) -> None:
+            console = Console(width=size[0], record=True, file=open(os.devnull, "w"), color_system="truecolor")
+            console.print(Text.from_ansi(screen("-e")), end="", soft_wrap=True)
+            svg = HERE / f"{name}.svg"
+            svg.write_text(console.export_svg(title="specchat repl"))
+            svg_to_png(svg, HERE / f"{name}.png")
+            print(f"wrote {name}.svg and {name}.png")
+
         def type_line(text: str) -> None:
             subprocess.run(["tmux", "send-keys", "-t", session, "-l", text], check=True)
             subprocess.run(["tmux", "send-keys", "-t", session, "Enter"], check=True)
@@ -110,12 +134,15 @@ def repl() -> None:
             wait_for(" · TTFT", 2)  # a summary line (a reply too short for a rate has none: "–" is not printed)
             subprocess.run(["tmux", "send-keys", "-t", session, "-l", "/pro"], check=True)
             time.sleep(1)  # the completion menu
-            console = Console(width=size[0], record=True, file=open(os.devnull, "w"), color_system="truecolor")
-            console.print(Text.from_ansi(screen("-e")), end="", soft_wrap=True)
-            svg = HERE / "repl.svg"
-            svg.write_text(console.export_svg(title="specchat repl"))
-            svg_to_png(svg, HERE / "repl.png")
-            print("wrote repl.svg and repl.png")
+            capture("repl")
+            subprocess.run(["tmux", "send-keys", "-t", session, "C-u"], check=True)
+            subprocess.run(["tmux", "send-keys", "-t", session, "C-l"], check=True)  # a clear screen for the next one
+            type_line("/replay 2")
+            wait_for("  so far:")
+            type_line("/inspect 4")
+            wait_for("target's top:")
+            time.sleep(0.5)
+            capture("repl-inspect")
         finally:
             subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 

@@ -388,7 +388,7 @@ async def test_reply_lines_show_every_segment_once_in_its_colour(settings):
         assert view.ghosts, "the self-draft is rejected somewhere in a reply this long"
         assert "\n" in view.text, "a reply of several paragraphs"
         for ghosts in (False, True):
-            whole = provenance_text(view.segments, view.ghosts, ghosts)
+            whole = provenance_text(view.segments, view.ghosts, ghosts, clickable=True)  # finished: click to inspect
             assert styled_chars(view.body.content) == styled_chars(whole)
             expected = whole.wrap(app.console, view.body.size.width)
             assert view.body.size.height == len(expected)
