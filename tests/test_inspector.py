@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from backend_kinds import controller_for, write_profile
-from specchat.chats.replay import NO_TRACE, Replay, step_lines, token_lines
+from specchat.chats.replay import NO_TRACE, Replay, judgement_of, step_lines, token_lines
 from specchat.chats.trace import events_of, row_of
 from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted, TokenKind
 from specchat.engine.sampling import SamplingParams
@@ -191,6 +191,49 @@ def test_replay_steps_add_up_to_the_replys_counters(make_engine):
     assert last.reply.accepted == summary["accepted"] and last.reply_tokens == summary["generated"]
 
 
+def test_the_source_of_a_copy_is_found_in_the_turn_it_came_from():
+    from specchat.chats.replay import copy_source
+
+    texts = ["Repeat: the cat sat on the mat.", "The cat sat on", "the mat again and the cat sat"]
+    # The copied tokens hold the template's role name before the user's text; its tail is the user's sentence.
+    assert copy_source(texts, "user\nRepeat: the cat sat on the mat") == (0, 0, len("Repeat: the cat sat on the mat"))
+    assert copy_source(texts, " cat sat") == (2, texts[2].rfind(" cat sat"), len(texts[2]))  # the latest one
+    assert copy_source(texts, "zebra") is None and copy_source(texts, "xx a") is None
+
+
+async def test_the_inspector_underlines_what_an_ngram_draft_copied(tmp_path, settings):
+    from test_app import SIZE, ask as ask_in_app, wait_until
+
+    from specchat.app.chat_app import make_app
+    from specchat.app.widgets.inspector import Inspector
+    from specchat.app.widgets.reply import COPIED, UserMessage
+
+    settings.profile, settings.max_tokens = "ngram", 40
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        sentence = "the quick brown fox jumps over the lazy dog near the old river bank"
+        view = await ask_in_app(pilot, f"Repeat this sentence exactly: {sentence}")
+        judged = [(i, judgement_of(view.record, i)) for i in range(len(view.record.segments))]
+        copied = [i for i, j in judged if j is not None and j.copied and not j.remembered]
+        assert copied, "the reply copied the sentence: n-gram drafts with a source"
+        inspector = app.query_one(Inspector)
+        inspector.open(view, copied[-1])
+        await pilot.pause()
+        source = inspector.copy_shown
+        assert source is not None, "the source is underlined somewhere in the chat"
+        if isinstance(source, UserMessage):
+            underlined = [s for s in source.content.spans if s.style == COPIED]
+            assert underlined and source.text[underlined[0].start:underlined[0].end] in judged[copied[-1]][1].copied
+        else:
+            assert COPIED in source.marks.values()
+        assert "n-gram draft: matched " in str(inspector.render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert inspector.copy_shown is None and not [s for s in app.query_one(UserMessage).content.spans
+                                                      if s.style == COPIED]
+
+
 def test_an_old_reply_without_a_trace_says_so():
     from specchat.chats.records import ReplyRecord
 
@@ -208,7 +251,7 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
     from specchat.app.chat_app import make_app
     from specchat.app.replay_screen import ReplayScreen
     from specchat.app.widgets.inspector import Inspector
-    from specchat.app.widgets.reply import ProvenanceLines
+    from specchat.app.widgets.reply import SELECTED, ProvenanceLines
 
     settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
     settings.max_tokens = 32
@@ -223,7 +266,7 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
         await pilot.press("f8")
         inspector = app.query_one(Inspector)
         await wait_until(pilot, lambda: inspector.display and inspector.has_focus)
-        assert inspector.index == len(record.segments) - 1 and view.marked == {inspector.index}
+        assert inspector.index == len(record.segments) - 1 and view.marks == {inspector.index: SELECTED}
         await pilot.press("left", "left")
         assert inspector.index == len(record.segments) - 3
         shown = str(inspector.render())
@@ -238,7 +281,7 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
         assert ("drafted " in shown) if kind == "in-process" else ("does not say which draft tokens" in shown)
         await pilot.press("escape")
         await pilot.pause()
-        assert not inspector.display and view.marked == frozenset() and app.busy is None
+        assert not inspector.display and view.marks == {} and app.busy is None
 
         await pilot.click(view.query_one(ProvenanceLines), offset=(0, 0))  # the reply's first token
         await wait_until(pilot, lambda: inspector.display)

@@ -23,7 +23,7 @@ class InspectingActions:
         return self.query_one(Inspector)
 
     def new_inspector(self) -> Inspector:
-        return Inspector(self.reply_views, lambda: self.query_one(PromptInput).focus())
+        return Inspector(lambda: list(self.query("ReplyView, UserMessage")), lambda: self.query_one(PromptInput).focus())
 
     def action_inspect(self) -> None:
         views = [v for v in self.reply_views() if v.segments]

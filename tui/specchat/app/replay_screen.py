@@ -12,7 +12,7 @@ from textual.widgets import Footer, Static
 
 from ..chats.records import ReplyRecord
 from ..chats.replay import Replay, step_lines
-from .widgets.reply import ProvenanceLines
+from .widgets.reply import SELECTED, ProvenanceLines
 from .widgets.sidebar import ProfileInfo, Sidebar
 
 REPLAY_BINDINGS = [
@@ -61,7 +61,7 @@ class ReplayScreen(Screen):
             f"{self.title_line} · step {steps[index].number} of {steps[-1].number} · ← → step, Home End, Esc back",
             style="dim"))
         text = self.query_one("#replay-text", ProvenanceLines)
-        text.show(self.record.segments, self.record.ghosts, True, 0, end, marked=frozenset(range(start, end)))
+        text.show(self.record.segments, self.record.ghosts, True, 0, end, marks=dict.fromkeys(range(start, end), SELECTED))
         self.query_one("#replay-step", Static).update(Text("\n".join(step_lines(self.replay, index))))
         telemetry = self.replay.telemetry_at(index)
         telemetry.unmeasured = NOT_KEPT

@@ -14,6 +14,7 @@ from .records import ReplyRecord
 from .trace import Row, events_of
 
 NO_TRACE = "this reply was stored before specchat kept each step — only replies written since can be replayed"
+MIN_COPY_CHARS = 4  # a shorter tail of a copy is found anywhere: it says nothing of where the draft came from
 KIND_NAMES = {"accepted": "accepted draft token", "corrected": "the target's correction",
               "bonus": "the target's bonus token", "target": "plain target token"}
 
@@ -132,6 +133,29 @@ def token_lines(record: ReplyRecord, index: int) -> list[str]:
     if j.unknown:
         lines.append(f"not known: {j.unknown}")
     return lines
+
+
+def judgement_of(record: ReplyRecord, index: int) -> Judgement | None:
+    """Token ``index``'s judgement as the reply's trace kept it (None without one)."""
+    tokens = [row for row in record.trace if row.get("type") == "token"]
+    if index >= len(tokens) or "top" not in tokens[index]:
+        return None
+    (event,) = events_of([tokens[index]])
+    return event.judgement
+
+
+def copy_source(texts: list[str], copied: str) -> tuple[int, int, int] | None:
+    """Where in the chat an n-gram draft's source lies, as (text index, start, end) in ``texts`` (the chat's turns up
+    to the token, oldest first), the latest occurrence. The copied tokens may hold the chat template's own text (a role
+    name between two turns), so the longest tail of them found in one turn is taken — the tail holds what was copied."""
+    piece = copied
+    while len(piece.strip()) >= MIN_COPY_CHARS:
+        for turn in reversed(range(len(texts))):
+            at = texts[turn].rfind(piece)
+            if at >= 0:
+                return turn, at, at + len(piece)
+        piece = piece[1:]
+    return None
 
 
 def _judgement_lines(j: Judgement, token: TokenEmitted) -> list[str]:

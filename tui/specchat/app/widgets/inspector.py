@@ -12,8 +12,8 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import Static
 
-from ...chats.replay import token_lines
-from .reply import ReplyView
+from ...chats.replay import copy_source, judgement_of, token_lines
+from .reply import COPIED, SELECTED, ReplyView, UserMessage
 
 INSPECTOR_BINDINGS = [
     Binding("left", "move(-1)", "Token before", id="inspect_previous", tooltip="The token before"),
@@ -29,11 +29,12 @@ INSPECTOR_BINDINGS = [
 class Inspector(Static, can_focus=True):
     BINDINGS = INSPECTOR_BINDINGS
 
-    def __init__(self, views: Callable[[], list[ReplyView]], on_close: Callable[[], None]) -> None:
+    def __init__(self, turns: Callable[[], list[ReplyView | UserMessage]], on_close: Callable[[], None]) -> None:
         super().__init__(id="inspector")
-        self._views, self._on_close = views, on_close
+        self._turns, self._on_close = turns, on_close
         self.view: ReplyView | None = None
         self.index = 0
+        self.copy_shown: ReplyView | UserMessage | None = None  # where the n-gram draft's source is underlined
         self.display = False
 
     def open(self, view: ReplyView, index: int | None = None) -> None:
@@ -46,12 +47,46 @@ class Inspector(Static, can_focus=True):
         self.focus()
 
     def _select(self, view: ReplyView, index: int) -> None:
-        if self.view is not None and self.view is not view and self.view.is_attached:
-            self.view.mark(frozenset())
+        self._unmark()
         self.view, self.index = view, index
-        view.mark(frozenset({index}))
+        view.mark({index: SELECTED})
         view.scroll_visible()
+        self._show_copy(view, index)
         self.update(self.describe())
+
+    def _show_copy(self, view: ReplyView, index: int) -> None:
+        """Underline, in the chat, the earlier text an n-gram draft copied this token's draft from."""
+        judgement = judgement_of(view.record, index)
+        if judgement is None or not judgement.copied or judgement.remembered:
+            return
+        turns = self._turns()
+        turns = turns[: turns.index(view) + 1] if view in turns else [view]
+        texts = [t.text if isinstance(t, UserMessage) else "".join(p for p, _ in t.segments[: index if t is view
+                                                                                           else None])
+                 for t in turns]
+        found = copy_source(texts, judgement.copied)
+        if found is None:
+            return
+        turn, start, end = found
+        target = turns[turn]
+        if isinstance(target, UserMessage):
+            target.mark(start, end)
+        else:
+            marks, seen = dict(target.marks), 0
+            for i, (piece, _) in enumerate(target.segments):
+                if seen < end and seen + len(piece) > start:
+                    marks.setdefault(i, COPIED)
+                seen += len(piece)
+            target.mark(marks)
+        self.copy_shown = target
+
+    def _unmark(self) -> None:
+        for shown in (self.view, self.copy_shown):
+            if isinstance(shown, UserMessage) and shown.is_attached:
+                shown.mark()
+            elif shown is not None and shown.is_attached:
+                shown.mark({})
+        self.copy_shown = None
 
     def describe(self) -> Text:
         assert self.view is not None
@@ -71,7 +106,7 @@ class Inspector(Static, can_focus=True):
             self._select(self.view, 0 if end == 0 else len(self.view.segments) - 1)
 
     def action_reply(self, delta: int) -> None:
-        views = [v for v in self._views() if v.segments]
+        views = [v for v in self._turns() if isinstance(v, ReplyView) and v.segments]
         if self.view not in views:
             return
         i = views.index(self.view) + delta
@@ -79,8 +114,7 @@ class Inspector(Static, can_focus=True):
             self._select(views[i], len(views[i].segments) - 1)
 
     def action_close(self) -> None:
-        if self.view is not None and self.view.is_attached:
-            self.view.mark(frozenset())
+        self._unmark()
         self.view = None
         self.display = False
         self._on_close()

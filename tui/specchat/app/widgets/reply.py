@@ -27,6 +27,7 @@ CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 # frame needs no layout pass (and the chat scrolls only when they run out).
 ROOM_LINES = 6
 SEGMENT = "segment"  # the style meta key that holds a token's index, for a click
+SELECTED, COPIED = "reverse", "underline"  # marks: the inspector's token (a replayed step); an n-gram draft's source
 
 
 def legend() -> Text:
@@ -40,15 +41,17 @@ def legend() -> Text:
 
 
 def provenance_text(segments: list[tuple[str, str]], ghosts: dict[int, str], show_ghosts: bool,
-                    offset: int = 0, marked: frozenset[int] = frozenset(), clickable: bool = False) -> Text:
-    """Segments coloured by provenance; ``ghosts`` is keyed by segment index, counted from ``offset``. ``marked``
-    segments show in reverse video (the inspector's token, a replayed step); a ``clickable`` text carries each
-    segment's index in its style, so a click can tell which token it hit."""
+                    offset: int = 0, marks: dict[int, str] | None = None, clickable: bool = False) -> Text:
+    """Segments coloured by provenance; ``ghosts`` is keyed by segment index, counted from ``offset``, so are
+    ``marks``: a style added to a segment (``SELECTED``: the inspector's token, a replayed step; ``COPIED``: the text
+    an n-gram draft copied). A ``clickable`` text carries each segment's index in its style, so a click can tell
+    which token it hit."""
+    marks = marks or {}
     text = Text()
     for i, (piece, kind) in enumerate(segments, start=offset):
         style: str | Style = STYLES.get(kind, "")
-        if i in marked:
-            style = f"{style} reverse"
+        if i in marks:
+            style = f"{style} {marks[i]}"
         if clickable:
             style = Style.parse(style) + Style(meta={SEGMENT: i}) if style else Style(meta={SEGMENT: i})
         text.append(piece, style=style)
@@ -73,7 +76,7 @@ class ProvenanceLines(TextLines, Widget):
         self._show_ghosts = False
         self._first = self._end = 0
         self._streaming = False
-        self._marked: frozenset[int] = frozenset()
+        self._marks: dict[int, str] = {}
         self._paragraphs: list[Text] = []  # closed paragraphs, then the open one
         self._open_from = 0  # index of the open paragraph's first segment
         self._closed_lines: list[Text] = []  # the closed paragraphs, wrapped
@@ -97,13 +100,14 @@ class ProvenanceLines(TextLines, Widget):
             return self.lines
 
     def show(self, segments: list[tuple[str, str]], ghosts: dict[int, str], show_ghosts: bool, first: int,
-             end: int, *, streaming: bool = False, marked: frozenset[int] = frozenset()) -> None:
-        """Show ``segments[first:end]``; ghosts are keyed by index in ``segments``, so are the ``marked`` ones. A
-        finished text is clickable token by token (while streaming the styles stay plain: cheaper to draw)."""
-        if (show_ghosts, first, marked, streaming) != (self._show_ghosts, self._first, self._marked,
-                                                       self._streaming) or end < self._end:
+             end: int, *, streaming: bool = False, marks: dict[int, str] | None = None) -> None:
+        """Show ``segments[first:end]``; ghosts are keyed by index in ``segments``, so are ``marks``. A finished
+        text is clickable token by token (while streaming the styles stay plain: cheaper to draw)."""
+        marks = marks or {}
+        if (show_ghosts, first, marks, streaming) != (self._show_ghosts, self._first, self._marks,
+                                                      self._streaming) or end < self._end:
             self._reset(first)
-        self._marked = marked
+        self._marks = marks
         self._segments, self._ghosts, self._show_ghosts = segments, ghosts, show_ghosts
         self._first, self._end, self._streaming = first, end, streaming
         if self.size.width:  # else the first layout wraps the text, in get_content_height
@@ -146,14 +150,14 @@ class ProvenanceLines(TextLines, Widget):
         for i in range(start, self._end - 1):
             if self._segments[i][0].endswith("\n") and not (self._show_ghosts and i in self._ghosts):
                 paragraph = provenance_text(self._segments[start:i + 1], self._ghosts, self._show_ghosts, start,
-                                            self._marked, not self._streaming)
+                                            self._marks, not self._streaming)
                 paragraph.right_crop(1)  # the line end: the next paragraph starts on the next line anyway
                 closed.append(paragraph)
                 self._closed_lines.extend(paragraph.wrap(console, width))
                 start = i + 1
         self._open_from = start
         open_paragraph = provenance_text(self._segments[start:self._end], self._ghosts, self._show_ghosts, start,
-                                         self._marked, not self._streaming)
+                                         self._marks, not self._streaming)
         self._paragraphs = [*closed, open_paragraph]
         return self._closed_lines + list(open_paragraph.wrap(console, width)), kept
 
@@ -185,6 +189,14 @@ def answer_start(segments: list[tuple[str, str]]) -> tuple[int, bool]:
 class UserMessage(Static):
     def __init__(self, text: str) -> None:
         super().__init__(Text(text), classes="user-message")
+        self.text = text
+
+    def mark(self, start: int = 0, end: int = 0) -> None:
+        """Underline ``text[start:end]`` (the text an n-gram draft copied); nothing when the range is empty."""
+        shown = Text(self.text)
+        if end > start:
+            shown.stylize(COPIED, start, end)
+        self.update(shown)
 
 
 class ReplyView(Vertical):
@@ -208,7 +220,7 @@ class ReplyView(Vertical):
         self._answer_from: int | None = None  # index of the first answer segment, once the thinking is known
         self._streamed = record.streaming  # seen streaming: its thinking box folds when it finishes
         self._ready = False
-        self.marked: frozenset[int] = frozenset()  # segments shown in reverse: the inspector's token
+        self.marks: dict[int, str] = {}  # segment → an added style: the inspector's token, an n-gram draft's source
 
     def compose(self) -> ComposeResult:
         yield self.body
@@ -241,10 +253,11 @@ class ReplyView(Vertical):
         self.show_ghosts = show
         self.refresh_view()
 
-    def mark(self, indices: frozenset[int]) -> None:
-        """Show these segments in reverse video (the inspector's cursor); the Markdown view gives way to the tokens."""
-        self.marked = indices
-        if indices and self.markdown:
+    def mark(self, marks: dict[int, str]) -> None:
+        """Show these segments with these styles added (the inspector's cursor, an n-gram draft's source); the
+        Markdown view gives way to the tokens."""
+        self.marks = marks
+        if marks and self.markdown:
             self.markdown = False
         self.refresh_view()
 
@@ -276,7 +289,7 @@ class ReplyView(Vertical):
         if self.think_box is not None and self.think_text is not None:
             self.think_box.display = first > 0
             self.think_text.show(self.segments, self.ghosts, self.show_ghosts, 0, first,
-                                 streaming=streaming and first == len(self.segments), marked=self.marked)
+                                 streaming=streaming and first == len(self.segments), marks=self.marks)
         self.body.display = not self.markdown
         if self.markdown:
             answer = "".join(piece for piece, _ in self.segments[first:])
@@ -289,7 +302,7 @@ class ReplyView(Vertical):
             self.rendered.display = self.markdown
         if not self.markdown:
             self.body.show(self.segments, self.ghosts, self.show_ghosts, first, len(self.segments),
-                           streaming=streaming and first < len(self.segments), marked=self.marked)
+                           streaming=streaming and first < len(self.segments), marks=self.marks)
         label = FINISH_LABELS.get(self.finish_reason or "")
         if label and self.status_line is None:
             self.status_line = Static(classes="reply-status")
