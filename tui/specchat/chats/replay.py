@@ -127,9 +127,7 @@ def token_lines(record: ReplyRecord, index: int) -> list[str]:
         return lines + ["no candidates were kept for this reply (it was written before the inspector, or by a script)"]
     lines += _judgement_lines(j, token)
     if token.kind is TokenKind.CORRECTED and step.rejected is not None and step.rejected.pieces:
-        lines.append("rejected tail, position by position: " + " · ".join(
-            _proposed(piece, step.rejected.draft_tops[i] if i < len(step.rejected.draft_tops) else ())
-            for i, piece in enumerate(step.rejected.pieces)))
+        lines.append("rejected tail, position by position: " + " · ".join(_quote(p) for p in step.rejected.pieces))
     if j.unknown:
         lines.append(f"not known: {j.unknown}")
     return lines
@@ -179,10 +177,6 @@ def _judgement_lines(j: Judgement, token: TokenEmitted) -> list[str]:
         source = "a reply remembered from an earlier chat" if j.remembered else "earlier in this chat"
         lines.append(f"n-gram draft: matched {j.match} tokens, copied from {source}: {_quote(j.copied)}")
     return lines
-
-
-def _proposed(piece: str, top: tuple) -> str:
-    return _quote(piece) + (f" (draft's top: {_ranked(top[:3])})" if top else "")
 
 
 def _ranked(candidates) -> str:

@@ -47,9 +47,6 @@ def row_of(event: Event) -> Row:
         row = {"type": "rejected", "text": event.text, "tokens": list(event.tokens), "step": event.step}
         if event.pieces:
             row["pieces"] = list(event.pieces)
-        if event.draft_tops:
-            row["draft_tops"] = [_pairs(top) for top in event.draft_tops]
-            row["draft_tops_ids"] = [[c.token for c in top] for top in event.draft_tops]
         return row
     if isinstance(event, StepVerified):
         return {"type": "step", "step": event.step, "drafted": event.drafted, "accepted": event.accepted,
@@ -82,8 +79,7 @@ def events_of(rows: Iterable[Row]) -> Iterator[Event]:
             yield TokenEmitted(row["token"], row["text"], TokenKind(row["kind"]), row["step"], row["elapsed"],
                                _judgement_of(row) if "top" in row else None)
         elif kind == "rejected":
-            tops = tuple(_candidates(p, i) for p, i in zip(row.get("draft_tops", ()), row.get("draft_tops_ids", ())))
-            yield DraftRejected(tuple(row["tokens"]), row["text"], row["step"], tuple(row.get("pieces", ())), tops)
+            yield DraftRejected(tuple(row["tokens"]), row["text"], row["step"], tuple(row.get("pieces", ())))
         elif kind == "step":
             yield StepVerified(row["step"], row["drafted"], row["accepted"], row["ignored"], row["withheld"],
                                row["n_max"], row["context_used"])

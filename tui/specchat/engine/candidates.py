@@ -7,6 +7,8 @@ probability of a sampled draft token is the loop's own, min(1, p/q) through the 
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,19 +17,43 @@ import numpy as np
 from .sampling import Dist, SamplingParams, distribution
 
 Ranked = tuple[tuple[int, float], ...]  # (token id, probability), most likely first
+TINY = 1e-30  # a normaliser this small has lost the row to underflow
 
 
 def ranked(row: np.ndarray, n: int, also: Sequence[int] = ()) -> tuple[Ranked, list[float]]:
     """The ``n`` most likely ids of a logits row, and the probabilities of the ids in ``also`` (a drafted token).
-    One pass over the vocabulary for the normaliser and one partial sort: about 0.1 ms for 49k ids."""
-    row = np.asarray(row)
-    top = row.max()
-    norm = float(np.exp(row - top, dtype=np.float64).sum())
-    n = min(n, row.size)
-    ids = np.argpartition(row, row.size - n)[row.size - n:]
-    ids = ids[np.argsort(-row[ids], kind="stable")]
-    best = tuple((int(i), float(np.exp(float(row[i]) - top) / norm)) for i in ids)
-    return best, [float(np.exp(float(row[t]) - top) / norm) if 0 <= t < row.size else 0.0 for t in also]
+
+    This work sits between two decodes, while llama.cpp's threads wait for it, so it makes as few passes over the
+    vocabulary as it can: exp into a reused buffer (no shift by the max: float32 spans e^-87 … e^88, far wider than
+    logits go, and a row outside it is done again shifted), one sum, and the best found by ``n`` argmax passes (each
+    SIMD, and cheaper together than one partial sort of the whole row)."""
+    weights = _scratch(row.size)
+    with np.errstate(over="ignore", under="ignore"):  # a row outside float32's range is done again below
+        np.exp(row, out=weights)
+    norm = float(weights.sum())
+    if not TINY < norm < math.inf:
+        np.exp(np.subtract(row, float(np.max(row)), out=weights), out=weights)
+        norm = float(weights.sum())
+    picked: list[tuple[int, float]] = []
+    for _ in range(min(n, row.size)):
+        i = int(weights.argmax())
+        picked.append((i, float(weights[i])))
+        weights[i] = -1.0  # below every weight: the next argmax finds the next best
+    for i, w in picked:
+        weights[i] = w
+    return tuple((i, w / norm) for i, w in picked), [float(weights[t]) / norm if 0 <= t < row.size else 0.0
+                                                     for t in also]
+
+
+def _scratch(size: int) -> np.ndarray:
+    """A float32 buffer of ``size``, reused by this thread: a new one per row would be a fresh 200 KB mmap."""
+    buffer = getattr(_buffers, "weights", None)
+    if buffer is None or buffer.size != size:
+        buffer = _buffers.weights = np.empty(size, dtype=np.float32)
+    return buffer
+
+
+_buffers = threading.local()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +63,14 @@ class RowJudgement:
     top: Ranked
     p_drafted: float | None = None  # the target's probability of the draft token this row judged
     accept: float | None = None  # min(1, p/q) through the sampling chain, for a sampled draft token
+    draft_top: Ranked = ()  # a model draft's best candidates at the same position
 
 
-def judge_rows(rows: np.ndarray, drafted: Sequence[int], q: Sequence[Dist] | None, n_rows: int, n: int,
-               sampling: SamplingParams) -> list[RowJudgement]:
+def judge_rows(rows: np.ndarray, drafted: Sequence[int], q: Sequence[Dist] | None, draft_rows: np.ndarray | None,
+               n_rows: int, n: int, sampling: SamplingParams) -> list[RowJudgement]:
     """Rows 0..n_rows-1 of a verify batch: row i judged ``drafted[i]`` (when there is one) and chose the token shown
-    there. Only asked for by the inspector: it costs one pass over the vocabulary per row."""
+    there; ``draft_rows`` are a model draft's logits at the same positions. Only asked for by the inspector: it costs
+    two passes over the vocabulary per row."""
     out = []
     for i in range(n_rows):
         token = drafted[i] if i < len(drafted) else None
@@ -51,5 +79,6 @@ def judge_rows(rows: np.ndarray, drafted: Sequence[int], q: Sequence[Dist] | Non
         if token is not None and q is not None:
             qx = q[i].prob(token)
             accept = min(1.0, distribution(rows[i], sampling).prob(token) / qx) if qx > 0 else 0.0
-        out.append(RowJudgement(top, p if token is not None else None, accept))
+        draft_top = ranked(draft_rows[i], n)[0] if draft_rows is not None and token is not None else ()
+        out.append(RowJudgement(top, p if token is not None else None, accept, draft_top))
     return out

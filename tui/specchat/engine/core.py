@@ -463,10 +463,9 @@ class Engine:
         for i, token in enumerate(outcome.accepted):
             yield self._emit(reply, token, TokenKind.ACCEPTED, step, self._judgement(rows, draft, i))
         if outcome.rejected:
-            tail, start = outcome.rejected, outcome.n_accepted
-            tops = tuple(self._candidates(t) for t in (draft.tops or [])[start:])
+            tail = outcome.rejected
             yield DraftRejected(tuple(tail), self.target.detokenize([t for t in tail if t < self.target.n_vocab]), step,
-                                tuple(self._text(t) for t in tail), tops)
+                                tuple(self._text(t) for t in tail))
         if outcome.token is not None and not self.target.is_eog(outcome.token):
             yield self._emit(reply, outcome.token, outcome.kind, step, self._judgement(rows, draft, outcome.n_accepted))
         auto = self._auto
@@ -498,7 +497,7 @@ class Engine:
         if draft is None or i >= len(draft.tokens):  # a plain token, or a bonus: no draft token was judged here
             return Judgement(i, self._candidates(row.top), match=draft.match if draft else 0)
         token = draft.tokens[i]
-        tops = draft.tops[i] if draft.tops is not None and i < len(draft.tops) else ()
+        tops = row.draft_top
         if draft.q is not None:
             q: float | None = draft.q[i].prob(token)
         else:  # a greedy model draft drafts its most likely token; an n-gram draft has no probability

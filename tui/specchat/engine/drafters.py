@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .candidates import Ranked, ranked
+import numpy as np
+
 from .llama import SequenceCache, common_prefix
 from .sampling import Dist, distribution, greedy_token, top_probability
 
@@ -21,9 +22,10 @@ class Draft:
     q: list[Dist] | None = None
     withheld: int = 0  # 1 when drafting stopped because the next token's confidence was below p_min
     match: int = 0  # n-gram drafts: how many tokens before the copied text matched the end of the conversation
-    # For the inspector (``Rules.top``): a model draft's best candidates at each drafted position; an n-gram draft's
-    # source, the matched tokens then the copied ones, and whether it was a reply remembered from another chat.
-    tops: list[Ranked] | None = None
+    # For the inspector (``Rules.top``): a model draft's logits at each drafted position (ranked after the verify, for
+    # the positions it judged only); an n-gram draft's source, the matched tokens then the copied ones, and whether
+    # it was a reply remembered from another chat.
+    rows: np.ndarray | None = None
     copied: list[int] | None = None
     remembered: bool = False
 
@@ -38,6 +40,7 @@ class ModelDrafter:
         self.ctx = ctx
         self.n_vocab = n_vocab
         self.blocked = ""  # why the draft cannot read the conversation, when it cannot
+        self._buffer: np.ndarray | None = None
 
     def notice(self, seq: Sequence[int]) -> None:
         """Whether the draft can read the conversation as it now is (``blocked`` says why not). Vocabularies may
@@ -55,21 +58,21 @@ class ModelDrafter:
         sampling = rules.sampling
         tokens: list[int] = []
         qs: list[Dist] = []
-        tops: list[Ranked] | None = [] if rules.top else None
+        rows = self._rows(n_max) if rules.top else None
         for i in range(n_max):
             row = self.ctx.logits()[-1]
-            if tops is not None:
-                tops.append(ranked(row, rules.top)[0])
+            if rows is not None:
+                rows[i] = row
             # Confidence depends only on what precedes this position, never on the token drawn for it, so stopping
             # here keeps sampled output exact.
             if sampling.greedy:
                 if rules.p_min > 0 and top_probability(row) < rules.p_min:
-                    return Draft(tokens, None, withheld=1, tops=tops and tops[:-1])
+                    return Draft(tokens, None, withheld=1, rows=rows)
                 token = greedy_token(row)
             else:
                 q = distribution(row, sampling)
                 if q.top_prob() < rules.p_min:
-                    return Draft(tokens, qs, withheld=1, tops=tops and tops[:-1])
+                    return Draft(tokens, qs, withheld=1, rows=rows)
                 token = q.sample(rules.draft_rng)
                 qs.append(q)
             tokens.append(token)
@@ -78,7 +81,13 @@ class ModelDrafter:
                 break
             if i + 1 < n_max:
                 self.ctx.decode([token])
-        return Draft(tokens, None if sampling.greedy else qs, tops=tops)
+        return Draft(tokens, None if sampling.greedy else qs, rows=rows)
+
+    def _rows(self, n: int) -> np.ndarray:
+        """A buffer for ``n`` rows of draft logits, reused from step to step (a copy costs less than ranking it)."""
+        if self._buffer is None or len(self._buffer) < n:
+            self._buffer = np.empty((n, self.ctx.model.n_vocab), dtype=np.float32)
+        return self._buffer[:n]
 
 
 class _Index:

@@ -95,8 +95,7 @@ class DraftRejected:
     tokens: tuple[int, ...]
     text: str
     step: int
-    pieces: tuple[str, ...] = ()  # each rejected token's own text
-    draft_tops: tuple[tuple[Candidate, ...], ...] = ()  # a model draft's best candidates at each rejected position
+    pieces: tuple[str, ...] = ()  # each rejected token's own text: what each rejected position proposed
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,7 +101,7 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
     target.decode([tokens[-1], *draft.tokens[:readable]], all_logits=True)
     n_accepted, token = verify(target.logits(), draft, rules)
     # What decided each shown token, for the inspector: the rows that judged the accepted tokens and chose the last.
-    rows = judge_rows(target.logits(), draft.tokens, draft.q, n_accepted + (token is not None), rules.top,
+    rows = judge_rows(target.logits(), draft.tokens, draft.q, draft.rows, n_accepted + (token is not None), rules.top,
                       rules.sampling) if rules.top else []
 
     # 3. Accept and roll back: the cache keeps the pending token and the accepted draft tokens (an accepted end
