@@ -100,17 +100,17 @@ def test_each_tokens_candidates_are_the_targets_softmax_at_its_position(make_eng
             assert j.drafted.p == pytest.approx(expected[j.drafted.token], abs=0.01)
             assert (j.drafted.token == token.token) == (token.kind is TokenKind.ACCEPTED)
             if method == "draft":
-                assert j.draft_top and j.q is not None and 0 < j.q <= 1
+                assert j.draft_top and j.draft_p is not None and 0 < j.draft_p <= 1
                 if sampling.greedy:
-                    assert j.drafted.token == j.draft_top[0].token and j.accept is None
-                else:
-                    assert j.accept is not None and 0 <= j.accept <= 1
+                    assert j.drafted.token == j.draft_top[0].token and j.accept is None and j.q is None
+                else:  # judged through the sampling chain: its own p and q, and min(1, p/q) from them
+                    assert j.accept == pytest.approx(min(1, j.p_sampled / j.q)) and 0 < j.q <= 1
         if method == "ngram" and j.drafted is not None:
             assert j.match >= 2 and j.copied  # the earlier text the draft copied
     if method != "none":
         assert TokenKind.CORRECTED in kinds or TokenKind.ACCEPTED in kinds
     for rejected in (e for e in events if isinstance(e, DraftRejected)):
-        assert len(rejected.pieces) == len(rejected.tokens) and "".join(rejected.pieces) == rejected.text
+        assert len(rejected.pieces) == len(rejected.tokens)
 
 
 def test_candidates_change_nothing_the_reply_decodes(make_engine):
@@ -270,7 +270,7 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
         shown = str(inspector.render())
         assert shown.splitlines()[1:] == token_lines(record, inspector.index)[1:]
         if kind == "in-process":
-            assert "target's top: " in shown
+            assert "target's top (softmax of its logits): " in shown
         kinds = [k for _, k in record.segments]
         drafted = next(i for i, k in enumerate(kinds) if k in ("accepted", "corrected"))
         inspector.open(view, drafted)
@@ -352,12 +352,13 @@ def test_ask_probs_and_replay_json_print_the_same_lines(tmp_path, monkeypatch):
     replayed = cli("replay", "--json")
     assert replayed.returncode == 0, replayed.stderr
     a, b = ([json.loads(line) for line in out.stdout.splitlines()] for out in (live, replayed))
-    assert len(a) == len(b) and a[1]["top"]
+    assert a[1]["top"] and len(a) > 10
 
-    def timeless(row):
-        return {k: v for k, v in row.items() if k not in CLOCKS}
+    def timeless(rows):
+        """Without the clocks, nor the machine's load (a busy machine makes the engine decode with fewer threads)."""
+        return [{k: v for k, v in row.items() if k not in CLOCKS} for row in rows if row["type"] != "threads"]
 
-    assert [timeless(r) for r in a] == [timeless(r) for r in b]
+    assert timeless(a) == timeless(b)
     text = cli("replay")
     assert text.returncode == 0 and text.stdout.splitlines()[1].startswith("step 0: the prompt's prefill chose ")
     listed = cli("replay", "--list")
@@ -390,3 +391,37 @@ def test_candidate_probabilities_are_a_distribution(make_engine):
     for token in shown_tokens(engine.reply(PROMPT, max_tokens=8, top=50)):
         assert 0 < sum(c.p for c in token.judgement.top) <= 1 + 1e-6
         assert not math.isnan(token.judgement.top[0].p)
+
+
+def test_a_stored_trace_survives_line_separators_and_an_empty_reply():
+    """U+2028 and its kin stay inside their JSON line (splitlines() would have cut the trace there), and an empty
+    reply's trace matches its empty segments."""
+    from specchat.chats.session import turn_of
+    from specchat.chats.store import StoredMessage
+    from specchat.chats.trace import packed, rows_of, unpacked
+
+    rows = [{"type": "token", "text": "a\u2028b\u0085c", "token": 1, "kind": "target", "step": 0, "elapsed": 0.1}]
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+    assert rows_of(unpacked(packed(lines))) == rows
+    record = turn_of(StoredMessage("assistant", "a\u2028b\u0085c", [1], [("a\u2028b\u0085c", "target")], trace=lines))
+    assert record.trace == rows
+    empty = [{"type": "started", "prompt_tokens": 3, "reused_tokens": 0, "prefill_tokens": 3, "n_ctx": 64,
+              "method": "none", "active": False}]
+    record = turn_of(StoredMessage("assistant", "", [], None, trace=[json.dumps(r) for r in empty]))
+    assert record.segments == [] and record.trace == empty and Replay.of(record.trace).steps == []
+    with pytest.raises(ValueError, match="damaged"):
+        Replay.of([{"type": "token", "text": "x"}])  # a row without its fields: refused, not a KeyError
+
+
+def test_replay_shows_a_steps_rejected_tail_at_that_step_not_before(make_engine):
+    engine = make_engine("draft", n_max=4)
+    rows = [row_of(e) for e in engine.reply(PROMPT, max_tokens=40, top=5)]
+    replay = Replay.of(rows)
+    first = next(i for i, s in enumerate(replay.steps) if s.rejected is not None)
+    assert replay.ghosts_until(first - 1) == {}  # nothing was rejected before that step
+    assert replay.steps[first].rejected.text in replay.ghosts_until(first).values()
+    from specchat.chats.records import ReplyRecord
+
+    record = ReplyRecord()
+    record.add(events_of(rows))
+    assert replay.ghosts_until(len(replay.steps) - 1) == record.ghosts  # the whole reply: the record's own ghosts

@@ -54,16 +54,18 @@ def test_kinds_follow_the_servers_cumulative_counters():
     counters = [(None, None), (4, 0), (8, 2), (8, 2), (8, 2), (12, 3), (12, 3), (16, 4), (16, 4), (16, 4), (16, 4),
                 (16, 4)]
     tracker = StepTracker()
-    kinds, steps = [], []
+    kinds, positions, steps = [], [], []
     for draft_n, accepted in counters:
-        kind, _step, closed = tracker.token(draft_n, accepted)
+        kind, _step, position, closed = tracker.token(draft_n, accepted)
         kinds.append(kind)
+        positions.append(position)
         steps += closed
     steps += tracker.close()
     A, C, B, T = TokenKind.ACCEPTED, TokenKind.CORRECTED, TokenKind.BONUS, TokenKind.TARGET
     # prefill · step 1: 4 drafted, none accepted · step 2: 4 drafted, 2 accepted · step 3: 1 of 4 · step 4: 1 of 4
     # · then plain steps (the counters stand still)
     assert kinds == [T, C, A, A, C, A, C, A, C, T, T, T]
+    assert positions == [0, 0, 0, 1, 2, 0, 1, 0, 1, 0, 0, 0]  # each token's place in its step's draft
     assert [(s.drafted, s.accepted) for s in steps] == [(4, 0), (4, 2), (4, 1), (4, 1), (0, 0), (0, 0), (0, 0)]
     full = StepTracker()
     full.token(None, None)

@@ -32,9 +32,7 @@ from ..profiles import Profile, load_profile
 from ..profiles.favourites import favourite
 from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
 from .inspecting import InspectingActions
-from .replay_screen import REPLAY_BINDINGS
-from .widgets.inspector import INSPECTOR_BINDINGS
-from .keymap import ALL_BINDINGS, APP_BINDINGS, load_keymap
+from .keymap import ALL_BINDINGS, APP_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS, load_keymap
 from .terminal_input import tolerate_invalid_utf8
 from .screens import ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
 from .settings import Settings
@@ -113,6 +111,7 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
         self._named: Profile | None = None  # the profile asked for, before anything is loaded
         self.engine_thread = EngineThread(lambda error: self.post_message(self.EngineFailed(error)))
         self._inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
+        self.remapped: dict[str, str] = {}  # binding id → keys, from keymap.toml
 
     @property
     def conversation(self) -> ChatSession:
@@ -155,6 +154,8 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
 
     def _show_turns(self) -> None:
         """Draw the whole chat again from the session (a chat opened, a new chat)."""
+        if self.inspector.display:
+            self.inspector.action_close()
         self.chat.remove_children()
         self.chat.anchor(False)
         self._views.clear()
@@ -173,14 +174,18 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
         """Remove the views of turns the session no longer has (a refused message, a regenerated reply)."""
         alive = {id(turn) for turn in self.conversation.turns}
         for key in [key for key in self._views if key not in alive]:
-            self._views.pop(key).remove()
+            view = self._views.pop(key)
+            if view is self.inspector.view or view is self.inspector.copy_shown:
+                self.inspector.action_close()  # it explained a reply that is no longer there
+            view.remove()
 
     def on_mount(self) -> None:
         self.engine_thread.start()
         lower_ui_priority()
         self._frame_timer = self.set_interval(FRAME_S, self._drain_inbox, pause=True)
         try:
-            self.set_keymap(load_keymap(self.settings.keymap))
+            self.remapped = load_keymap(self.settings.keymap)
+            self.set_keymap(self.remapped)
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=10)
         session = self.conversation
@@ -229,8 +234,8 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
         active = {b.binding.id: key for key, b in self.screen_stack[0].active_bindings.items() if b.binding.id}
         if binding_id in active:
             return active[binding_id]
-        remapped = load_keymap(self.settings.keymap)  # a binding of the inspector or the replay, not active now
-        return remapped.get(binding_id) or next(b.key for b in ALL_BINDINGS + INSPECTOR_BINDINGS + REPLAY_BINDINGS
+        # A binding of the inspector or the replay, not active now: as the keymap read at start has it.
+        return self.remapped.get(binding_id) or next(b.key for b in ALL_BINDINGS + INSPECTOR_BINDINGS + REPLAY_BINDINGS
                                                 if b.id == binding_id)
 
     def _sample_memory(self) -> None:

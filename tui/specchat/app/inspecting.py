@@ -41,7 +41,8 @@ class InspectingActions:
             self.inspector.open(view, message.index)
 
     def action_replay(self) -> None:
-        inspected = self.inspector.view if self.inspector.display else None
+        inspected = self.inspector.view if self.inspector.display and self.inspector.view is not None \
+            and self.inspector.view.is_attached else None
         view = inspected or next((v for v in reversed(self.reply_views()) if v.segments), None)
         if view is None or view.record.streaming:
             self.notify("no finished reply to replay yet — ask something first", severity="warning")
@@ -49,6 +50,11 @@ class InspectingActions:
         if not view.record.trace:
             self.notify(NO_TRACE, severity="warning")
             return
-        replies = [v for v in self.reply_views()]
+        replies = self.reply_views()
         title = f"reply {replies.index(view) + 1} of {len(replies)}"
-        self.push_screen(ReplayScreen(view.record, self.conversation.profile or "", title))
+        try:
+            screen = ReplayScreen(view.record, self.conversation.profile or "", title)
+        except ValueError as exc:  # a damaged trace
+            self.notify(str(exc), severity="warning")
+            return
+        self.push_screen(screen)

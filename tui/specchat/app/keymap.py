@@ -47,6 +47,25 @@ INPUT_BINDINGS = [
     Binding("down", "history_next", "Later prompt", id="history_next", tooltip="Recall a later prompt (on the last line)", show=False),
 ]
 
+# The token inspector's keys (while it has the focus) and the replay screen's.
+INSPECTOR_BINDINGS = [
+    Binding("left", "move(-1)", "Token before", id="inspect_previous", tooltip="The token before"),
+    Binding("right", "move(1)", "Token after", id="inspect_next", tooltip="The token after"),
+    Binding("up", "reply(-1)", "Reply before", id="inspect_reply_up", tooltip="The last token of the reply before"),
+    Binding("down", "reply(1)", "Reply after", id="inspect_reply_down", tooltip="The last token of the reply after"),
+    Binding("home", "edge(0)", "First token", id="inspect_first", show=False, tooltip="The reply's first token"),
+    Binding("end", "edge(-1)", "Last token", id="inspect_last", show=False, tooltip="The reply's last token"),
+    Binding("escape", "close", "Close", id="inspect_close", tooltip="Close the inspector; the prompt takes the keys"),
+]
+
+REPLAY_BINDINGS = [
+    Binding("right", "step(1)", "Step after", id="replay_forward", tooltip="The next step of the reply"),
+    Binding("left", "step(-1)", "Step before", id="replay_back", tooltip="The step before"),
+    Binding("end", "edge(-1)", "Last step", id="replay_last", tooltip="The reply's last step"),
+    Binding("home", "edge(0)", "First step", id="replay_first", tooltip="The prompt's prefill, before any step"),
+    Binding("escape", "close", "Close", id="replay_close", tooltip="Back to the chat"),
+]
+
 # App shortcuts outrank the prompt's editing keys (TextArea also uses ctrl+e, ctrl+k, ctrl+y): they are global.
 APP_BINDINGS = [
     Binding(b.key, b.action, b.description, show=b.show, id=b.id, tooltip=b.tooltip, priority=b.key != "escape")
@@ -66,7 +85,7 @@ def load_keymap(path: Path) -> dict[str, str]:
     table = document.get("keys", document)
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [keys] must be a table of binding id = \"keys\" — see F1 for the ids")
-    known = {b.id for b in ALL_BINDINGS}
+    known = {b.id for b in ALL_BINDINGS + INSPECTOR_BINDINGS + REPLAY_BINDINGS}
     keymap = {}
     for binding_id, keys in table.items():
         if binding_id not in known:

@@ -5,23 +5,16 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ..chats.records import ReplyRecord
 from ..chats.replay import Replay, step_lines
+from .keymap import REPLAY_BINDINGS
 from .widgets.reply import SELECTED, ProvenanceLines
 from .widgets.sidebar import ProfileInfo, Sidebar
 
-REPLAY_BINDINGS = [
-    Binding("right", "step(1)", "Step after", id="replay_forward", tooltip="The next step of the reply"),
-    Binding("left", "step(-1)", "Step before", id="replay_back", tooltip="The step before"),
-    Binding("end", "edge(-1)", "Last step", id="replay_last", tooltip="The reply's last step"),
-    Binding("home", "edge(0)", "First step", id="replay_first", tooltip="The prompt's prefill, before any step"),
-    Binding("escape", "close", "Close", id="replay_close", tooltip="Back to the chat"),
-]
 NOT_KEPT = "not kept with a stored reply (the live sidebar measured it)"
 
 
@@ -61,10 +54,11 @@ class ReplayScreen(Screen):
             f"{self.title_line} · step {steps[index].number} of {steps[-1].number} · ← → step, Home End, Esc back",
             style="dim"))
         text = self.query_one("#replay-text", ProvenanceLines)
-        text.show(self.record.segments, self.record.ghosts, True, 0, end, marks=dict.fromkeys(range(start, end), SELECTED))
+        text.show(self.record.segments, self.replay.ghosts_until(index), True, 0, end,
+                  marks=dict.fromkeys(range(start, end), SELECTED))
         self.query_one("#replay-step", Static).update(Text("\n".join(step_lines(self.replay, index))))
         telemetry = self.replay.telemetry_at(index)
-        telemetry.unmeasured = NOT_KEPT
+        telemetry.unmeasured = NOT_KEPT  # "vs plain" and the chat's counters are the live sidebar's, not the reply's
         method = telemetry.speculation.method if telemetry.speculation else "–"
         self.query_one(Sidebar).show(telemetry, ProfileInfo(self.profile, method, "replay"), None)
 

@@ -21,9 +21,7 @@ from ..profiles import Profile, available_profiles, load_profile
 from ..profiles.presence import absent_models
 from ..chats.store import Store, StoreError
 from ..chats.ab import ABResult
-from .replay_screen import REPLAY_BINDINGS
-from .widgets.inspector import INSPECTOR_BINDINGS
-from .keymap import ALL_BINDINGS
+from .keymap import ALL_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS
 
 T = TypeVar("T")
 

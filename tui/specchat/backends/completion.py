@@ -43,6 +43,7 @@ UTF8_MARGIN = 3
 # llama-server computes n_probs only for the tokens it samples one at a time, never for a drafting step's.
 NO_CANDIDATES = "llama-server sends no candidates for the tokens of a drafting step"
 UNTOLD_REJECTIONS = "llama-server does not say which draft tokens it rejected, only how many"
+HELD_BACK = "llama-server sent this token's candidates with another token of its chunk (a UTF-8 character split)"
 
 
 @dataclass
@@ -205,8 +206,9 @@ def _by_token(ids: list[int | None], probabilities: list[dict[str, Any]]) -> lis
 def _judgement(entry: dict[str, Any] | None, position: int, drafting: bool) -> Judgement:
     """A token's candidates as the server sent them (``top_logprobs``, raw softmax), and what it did not say."""
     untold = UNTOLD_REJECTIONS if drafting else ""
-    if entry is None:
-        return Judgement(position, (), unknown=NO_CANDIDATES + ("; " + untold if untold else ""))
+    if entry is None or not entry.get("top_logprobs"):  # none sent, or an empty list (an accepted draft token's)
+        why = NO_CANDIDATES if drafting else HELD_BACK
+        return Judgement(position, (), unknown=why + ("; " + untold if untold else ""))
     top = tuple(Candidate(int(c.get("id", -1)), str(c.get("token", "")), math.exp(float(c.get("logprob", -math.inf))))
                 for c in entry.get("top_logprobs") or [])
     return Judgement(position, top, unknown=untold)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..engine.events import DraftRejected, ReplyFinished, ReplyStarted, TokenEmitted
-from .trace import Row, row_of
+from .trace import Row, line_of, row_of
 
 Segment = tuple[str, str]  # (text, kind) where kind is a TokenKind value
 INTERRUPTED = "interrupted"  # the finish reason of a reply whose app quit or died while it streamed
@@ -36,6 +36,13 @@ class ReplyRecord:
     # before specchat kept them).
     trace: list[Row] = field(default_factory=list)
     role: str = "assistant"
+    trace_encoded: list[str] = field(default_factory=list, repr=False, compare=False)  # its first rows, as stored
+
+    def trace_lines(self) -> list[str]:
+        """The trace as the store keeps it, each row encoded once (a streaming reply is saved every second)."""
+        for row in self.trace[len(self.trace_encoded):]:
+            self.trace_encoded.append(line_of(row))
+        return self.trace_encoded
 
     @property
     def text(self) -> str:

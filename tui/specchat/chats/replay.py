@@ -7,13 +7,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..engine.events import DraftRejected, Event, Judgement, ReplyStarted, StepVerified, TokenEmitted, TokenKind
+from ..engine.events import (
+    DraftRejected,
+    Event,
+    Judgement,
+    ReplyFinished,
+    ReplyStarted,
+    StepVerified,
+    TokenEmitted,
+    TokenKind,
+)
+from ..engine.stats import ReplyStats
 from ..figures import DASH, num, pct
 from ..telemetry.live import LiveTelemetry
 from .records import ReplyRecord
 from .trace import Row, events_of
 
 NO_TRACE = "this reply was stored before specchat kept each step — only replies written since can be replayed"
+DAMAGED = "this reply's stored steps are damaged (or were written by another specchat) — it cannot be replayed"
+CHUNKS = "an OpenAI-compatible endpoint streams text chunks: which of their tokens were drafted is not known"
 MIN_COPY_CHARS = 4  # a shorter tail of a copy is found anywhere: it says nothing of where the draft came from
 KIND_NAMES = {"accepted": "accepted draft token", "corrected": "the target's correction",
               "bonus": "the target's bonus token", "target": "plain target token"}
@@ -46,7 +58,11 @@ class Replay:
 
     @classmethod
     def of(cls, trace: list[Row]) -> Replay:
-        events = list(events_of(trace))
+        """The steps of a stored trace; raises ValueError when it is damaged (or written by another specchat)."""
+        try:
+            events = list(events_of(trace))
+        except (KeyError, ValueError, TypeError, IndexError) as exc:
+            raise ValueError(DAMAGED) from exc
         steps: list[Step] = []
         for i, event in enumerate(events, start=1):
             if isinstance(event, TokenEmitted | DraftRejected | StepVerified):
@@ -63,10 +79,28 @@ class Replay:
         return cls(events, steps)
 
     def telemetry_at(self, index: int) -> LiveTelemetry:
-        """The sidebar's figures as they were when step ``index`` (of ``steps``) ended."""
+        """The sidebar's figures for this reply as they were when step ``index`` (of ``steps``) ended. The chat's
+        counters are not kept with a reply: they show "–" (a fresh, empty count), not this reply's as the chat's."""
         telemetry = LiveTelemetry()
         telemetry.consume(self.events[: self.steps[index].events])
+        telemetry.chat = ReplyStats()
+        finished = self.finished
+        telemetry.adaptive = bool(finished and finished.stats.adaptive)
         return telemetry
+
+    @property
+    def finished(self) -> ReplyFinished | None:
+        return next((e for e in self.events if isinstance(e, ReplyFinished)), None)
+
+    def ghosts_until(self, index: int) -> dict[int, str]:
+        """The rejected tails of steps 0..``index``, keyed as a record's ghosts (by the segment they follow)."""
+        ghosts, shown = {}, 0
+        for step in self.steps[: index + 1]:
+            if step.rejected is not None and (shown or step.accepted):
+                key = shown + len(step.accepted) - 1
+                ghosts[key] = ghosts.get(key, "") + step.rejected.text
+            shown += len(step.tokens)
+        return ghosts
 
     @property
     def started(self) -> ReplyStarted | None:
@@ -78,14 +112,19 @@ def step_lines(replay: Replay, index: int) -> list[str]:
     the reply's figures as they were then."""
     step = replay.steps[index]
     verified = step.verified
-    if verified is None:
+    started = replay.started
+    if step.number == 0:
         own = step.own
-        lines = [f"step {step.number}: the prompt's prefill chose {_quote(own.text) if own else 'the end'}"]
+        lines = [f"step 0: the prompt's prefill chose {_quote(own.text) if own else 'the end'}"]
+    elif verified is None:
+        text = _quote("".join(t.text for t in step.tokens))
+        lines = [f"chunk {step.number}: {text} — {CHUNKS}" if started and started.estimated_tokens
+                 else f"step {step.number}: {text} — not finished (the reply stopped inside it)"]
     else:
         proposed = [t.text for t in step.accepted] + list(step.rejected.pieces if step.rejected else ())
         head = f"step {step.number}: "
         if verified.drafted:
-            head += f"drafted {verified.drafted} of n_max {verified.n_max}"
+            head += f"drafted {verified.drafted}"
             if proposed:
                 head += ": " + " ".join(_quote(p) for p in proposed)
         else:
@@ -105,7 +144,7 @@ def step_lines(replay: Replay, index: int) -> list[str]:
                      else "  then the end of the reply")
     t = replay.telemetry_at(index)
     counters = t.reply
-    lines.append(f"  so far: {t.reply_tokens} tokens · acceptance {pct(counters.acceptance_rate)} · mean accepted"
+    lines.append(f"  so far: {t.reply_tokens} token{'s' if t.reply_tokens != 1 else ''} · acceptance {pct(counters.acceptance_rate)} · mean accepted"
                  f" length {num(counters.mean_acceptance_length, '.2f')} · {num(t.reply_rate(), '.1f', suffix=' tok/s')}"
                  f" · TTFT {num(t.ttft, '.0f', 1000, ' ms')} · context {t.context_used}/{t.n_ctx or DASH}")
     return lines
@@ -113,15 +152,20 @@ def step_lines(replay: Replay, index: int) -> list[str]:
 
 def token_lines(record: ReplyRecord, index: int) -> list[str]:
     """What decided token ``index`` of a reply (an index into its segments)."""
-    replay = Replay.of(record.trace) if record.trace else None
-    if replay is None:
+    if not record.trace:
         return [NO_TRACE]
+    try:
+        replay = Replay.of(record.trace)
+    except ValueError as exc:
+        return [str(exc)]
     tokens = [t for s in replay.steps for t in s.tokens]
     token = tokens[index]
     step = next(s for s in replay.steps if token in s.tokens)
     j = token.judgement
-    where = (f"step {token.step}" if token.step else "the prefill") + (
-        f", position {j.position + 1} of its draft" if j and step.verified and step.verified.drafted else "")
+    where = f"step {token.step}" if token.step else "the prefill"
+    if j and step.verified and step.verified.drafted:
+        where += (f", position {j.position + 1} of its {step.verified.drafted}-token draft" if j.position
+                  < step.verified.drafted else f", after its {step.verified.drafted}-token draft")
     lines = [f"{_quote(token.text)} — {KIND_NAMES[token.kind.value]}, {where}"]
     if j is None:
         return lines + ["no candidates were kept for this reply (it was written before the inspector, or by a script)"]
@@ -159,22 +203,24 @@ def copy_source(texts: list[str], copied: str) -> tuple[int, int, int] | None:
 def _judgement_lines(j: Judgement, token: TokenEmitted) -> list[str]:
     lines = []
     if j.top:
-        lines.append("target's top: " + _ranked(j.top))
+        lines.append("target's top (softmax of its logits): " + _ranked(j.top))
     drafted = j.drafted
     if drafted is not None:
-        q = f" (draft's p {pct(j.q)})" if j.q is not None else ""
-        if token.kind is TokenKind.ACCEPTED:
-            verdict = (f"accepted with probability min(1, p/q) = {pct(j.accept)}" if j.accept is not None
-                       else "accepted: it is what the target chose here")
-            lines.append(f"drafted {_quote(drafted.text)}{q}, target's p {_p(drafted.p)} — {verdict}")
+        if j.accept is not None:  # a sampled model draft: judged through the sampling chain, not the raw softmax
+            chance = (f"through the sampling chain p/q = {_p(j.p_sampled or 0.0)}/{_p(j.q or 0.0)}, so min(1, p/q) ="
+                      f" {pct(j.accept)}")
+            verdict = (f"accepted ({chance})" if token.kind is TokenKind.ACCEPTED
+                       else f"rejected ({chance}); the target drew {_quote(token.text)} from max(0, p − q)")
         else:
-            verdict = (f"rejected (its chance was min(1, p/q) = {pct(j.accept)}), the target drew {_quote(token.text)}"
-                       if j.accept is not None else f"rejected: the target chose {_quote(token.text)} instead")
-            lines.append(f"drafted {_quote(drafted.text)}{q}, target's p {_p(drafted.p)} — {verdict}")
+            verdict = ("accepted: it is the target's choice here" if token.kind is TokenKind.ACCEPTED
+                       else f"rejected: the target chose {_quote(token.text)} instead")
+        q = f", the draft's {_p(j.draft_p)}" if j.draft_p is not None else ""
+        lines.append(f"drafted {_quote(drafted.text)} (softmax: the target's p {_p(drafted.p)}{q}) — {verdict}")
     if j.draft_top:
-        lines.append("draft's top: " + _ranked(j.draft_top))
+        lines.append("draft's top (softmax of its logits): " + _ranked(j.draft_top))
     if j.copied:
-        source = "a reply remembered from an earlier chat" if j.remembered else "earlier in this chat"
+        source = ("a reply generated earlier in this session (another chat, a regenerated reply or an A/B rerun)"
+                  if j.remembered else "earlier in this chat")
         lines.append(f"n-gram draft: matched {j.match} tokens, copied from {source}: {_quote(j.copied)}")
     return lines
 

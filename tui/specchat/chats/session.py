@@ -16,6 +16,7 @@ from ..engine.conversation import Message
 from ..text import valid_text
 from .records import INTERRUPTED, ReplyRecord, Turn, UserTurn
 from .store import Store, StoredMessage, StoreError
+from .trace import rows_of
 
 SAVE_EVERY_S = 1.0  # a streaming reply is written at most this often: a crash loses at most this much of it
 TITLE_CHARS = 48
@@ -166,22 +167,29 @@ def _stored(turn: Turn) -> StoredMessage:
         return StoredMessage("user", turn.text)
     return StoredMessage("assistant", turn.text, None if turn.tokens is None else list(turn.tokens),
                          list(turn.segments), sorted(turn.ghosts.items()), turn.finish_reason, turn.stats,
-                         turn.target_id or None, turn.trace)
+                         turn.target_id or None, turn.trace_lines())
 
 
 def turn_of(message: StoredMessage) -> Turn:
     if message.role != "assistant":
         return UserTurn(message.content, message.role)
-    segments = list(message.segments) if message.segments else [(message.content, "target")]
+    # An empty reply (the prefill chose the end, Esc during the prefill) has no segments, as it had live.
+    segments = list(message.segments) if message.segments else [(message.content, "target")] if message.content else []
     tokens = message.tokens
     if tokens is not None and (len(tokens) != len(segments) or "".join(p for p, _ in segments) != message.content):
         tokens = None  # ids that do not match the text they came with are no ids of it: the text is tokenized again
     telemetry = message.telemetry or {}
+    try:
+        trace = rows_of(message.trace)
+    except ValueError:
+        trace = []  # the reply still shows; it cannot be inspected or replayed
+    if not _traces(trace, segments):
+        trace = []
     return ReplyRecord(
         segments=segments, tokens=None if tokens is None else list(tokens), ghosts=dict(message.ghosts),
         finish_reason=message.finish_reason or INTERRUPTED, stats=message.telemetry, target_id=message.target_id or "",
         conditions=telemetry.get("conditions") if isinstance(telemetry.get("conditions"), dict) else None,
-        trace=message.trace if _traces(message.trace, segments) else [],
+        trace=trace, trace_encoded=list(message.trace) if trace else [],
     )
 
 

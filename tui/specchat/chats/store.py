@@ -85,7 +85,7 @@ class StoredMessage:
     finish_reason: str | None = None
     telemetry: dict | None = None
     target_id: str | None = None
-    trace: list[dict] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)  # a reply's events, as JSON lines (chats/trace.py)
 
 
 @dataclass
@@ -341,7 +341,7 @@ def _set_aside(path: Path) -> Path:
     return aside
 
 
-def _trace(blob: object) -> list[dict]:
+def _trace(blob: object) -> list[str]:
     """A stored trace; a damaged one is none (the reply still shows, it cannot be inspected or replayed)."""
     if not isinstance(blob, bytes):
         return []

@@ -102,17 +102,31 @@ def stats_of(summary: Row) -> ReplyStats:
     return ReplyStats(**{k: v for k, v in summary.items() if k in names})
 
 
-def packed(rows: list[Row]) -> bytes:
-    """The rows as the store keeps them: JSON lines, compressed (a reply's trace shrinks about eight times)."""
-    return zlib.compress("\n".join(json.dumps(r, ensure_ascii=False) for r in rows).encode(), 6)
+def line_of(row: Row) -> str:
+    """One row as the store keeps it, a JSON line."""
+    return json.dumps(row, ensure_ascii=False)
 
 
-def unpacked(blob: bytes) -> list[Row]:
-    """The rows of ``packed``; raises ValueError when the blob is damaged."""
+def packed(lines: list[str]) -> bytes:
+    """JSON lines as the store keeps them, compressed (level 1: a streaming reply is saved every second)."""
+    return zlib.compress("\n".join(lines).encode(), 1)
+
+
+def unpacked(blob: bytes) -> list[str]:
+    """The lines of ``packed``; raises ValueError when the blob is damaged."""
     try:
         text = zlib.decompress(blob).decode()
-        rows = [json.loads(line) for line in text.splitlines()]
-    except (zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (zlib.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"damaged trace: {exc}") from exc
+    # split at "\n" only: a JSON line may hold U+2028 and the like, which splitlines() would also split at
+    return text.split("\n") if text else []
+
+
+def rows_of(lines: list[str]) -> list[Row]:
+    """The rows of stored lines; raises ValueError when one is not an event's."""
+    try:
+        rows = [json.loads(line) for line in lines]
+    except json.JSONDecodeError as exc:
         raise ValueError(f"damaged trace: {exc}") from exc
     if not all(isinstance(r, dict) and isinstance(r.get("type"), str) for r in rows):
         raise ValueError("damaged trace: a row is not an event")
@@ -141,7 +155,7 @@ def _judgement_row(j: Judgement) -> Row:
         row |= {"draft_top": _pairs(j.draft_top), "draft_top_ids": [c.token for c in j.draft_top]}
     if j.drafted is not None:
         row["drafted"] = [j.drafted.text, round(j.drafted.p, DIGITS), j.drafted.token]
-    for name in ("q", "accept"):
+    for name in ("draft_p", "p_sampled", "q", "accept"):
         value = getattr(j, name)
         if value is not None:
             row[name] = round(value, DIGITS)
@@ -160,6 +174,6 @@ def _judgement_of(row: Row) -> Judgement:
         row.get("position", 0), _candidates(row["top"], row.get("top_ids", [])),
         _candidates(row.get("draft_top", []), row.get("draft_top_ids", [])),
         Candidate(drafted[2], drafted[0], drafted[1]) if drafted else None,
-        row.get("q"), row.get("accept"), row.get("match", 0), row.get("copied", ""), row.get("remembered", False),
-        row.get("unknown", ""),
+        row.get("draft_p"), row.get("p_sampled"), row.get("q"), row.get("accept"), row.get("match", 0),
+        row.get("copied", ""), row.get("remembered", False), row.get("unknown", ""),
     )

@@ -19,6 +19,9 @@ from ..figures import summary_line
 from .options import add_profile_option
 
 
+MAX_PROBS = 20  # each candidate is one more pass over the vocabulary per token
+
+
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
     add_profile_option(parser)
     parser.add_argument("--method", choices=["none", "draft", "ngram"], help="override the profile's method")
@@ -132,8 +135,9 @@ def read_prompt(argument: str, stdin: TextIO) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.probs < 0 or (args.probs and not args.json):
-        raise ConfigError("--probs N needs --json and N ≥ 1: e.g. specchat ask --json --probs 5 \"…\"")
+    if not 0 <= args.probs <= MAX_PROBS or (args.probs and not args.json):
+        raise ConfigError(f"--probs N needs --json and N from 1 to {MAX_PROBS}: e.g. specchat ask --json --probs 5"
+                          ' "…"')
     prompt = read_prompt(args.prompt, sys.stdin)
     backend = open_backend_for(args)
     try:

@@ -57,9 +57,12 @@ def run(args: argparse.Namespace) -> int:
         for row in record.trace:
             sys.stdout.write(json.dumps(row) + "\n")
         return 0
-    replay = Replay.of(record.trace)
-    print(f"chat {chat.id} {chat.title!r} · reply {n if n > 0 else len(replies) + n + 1} of {len(replies)} ·"
-          f" {len(replay.steps)} steps")
+    try:
+        replay = Replay.of(record.trace)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    steps = f"steps 0 … {replay.steps[-1].number}" if replay.steps else "no step (an empty reply)"
+    print(f"chat {chat.id} {chat.title!r} · reply {n if n > 0 else len(replies) + n + 1} of {len(replies)} · {steps}")
     for i in range(len(replay.steps)):
         print("\n".join(step_lines(replay, i)))
     return 0

@@ -61,9 +61,13 @@ class RowJudgement:
     """What the target's row at one position of a step said."""
 
     top: Ranked
-    p_drafted: float | None = None  # the target's probability of the draft token this row judged
-    accept: float | None = None  # min(1, p/q) through the sampling chain, for a sampled draft token
+    p_drafted: float | None = None  # the target's softmax probability of the draft token this row judged
     draft_top: Ranked = ()  # a model draft's best candidates at the same position
+    draft_p: float | None = None  # the draft's softmax probability of its token
+    # A sampled model draft is judged through the sampling chain: the chain's p and q of the token, and min(1, p/q).
+    p_sampled: float | None = None
+    q_sampled: float | None = None
+    accept: float | None = None
 
 
 def judge_rows(rows: np.ndarray, drafted: Sequence[int], q: Sequence[Dist] | None, draft_rows: np.ndarray | None,
@@ -74,11 +78,16 @@ def judge_rows(rows: np.ndarray, drafted: Sequence[int], q: Sequence[Dist] | Non
     out = []
     for i in range(n_rows):
         token = drafted[i] if i < len(drafted) else None
-        top, (p,) = ranked(rows[i], n, [token if token is not None else -1])
-        accept = None
-        if token is not None and q is not None:
-            qx = q[i].prob(token)
-            accept = min(1.0, distribution(rows[i], sampling).prob(token) / qx) if qx > 0 else 0.0
-        draft_top = ranked(draft_rows[i], n)[0] if draft_rows is not None and token is not None else ()
-        out.append(RowJudgement(top, p if token is not None else None, accept, draft_top))
+        if token is None:
+            out.append(RowJudgement(ranked(rows[i], n)[0]))
+            continue
+        top, (p,) = ranked(rows[i], n, [token])
+        draft_top, draft_p = ((), None)
+        if draft_rows is not None:
+            draft_top, (draft_p,) = ranked(draft_rows[i], n, [token])
+        p_sampled = q_sampled = accept = None
+        if q is not None:
+            p_sampled, q_sampled = distribution(rows[i], sampling).prob(token), q[i].prob(token)
+            accept = min(1.0, p_sampled / q_sampled) if q_sampled > 0 else 0.0
+        out.append(RowJudgement(top, p, draft_top, draft_p, p_sampled, q_sampled, accept))
     return out

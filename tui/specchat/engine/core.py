@@ -484,7 +484,14 @@ class Engine:
                            self.n_max, len(self.tokens))
 
     def _text(self, token: int) -> str:
-        return self.target.piece(token).decode("utf-8", "replace") if 0 <= token < self.target.n_vocab else ""
+        """A candidate's text: a token that is only part of a UTF-8 character shows its bytes (<0xE3>), not U+FFFD."""
+        if not 0 <= token < self.target.n_vocab:
+            return ""
+        piece = self.target.piece(token)
+        try:
+            return piece.decode("utf-8")
+        except UnicodeDecodeError:
+            return "".join(f"<0x{b:02X}>" for b in piece)
 
     def _candidates(self, best: Ranked) -> tuple[Candidate, ...]:
         return tuple(Candidate(token, self._text(token), p) for token, p in best)
@@ -495,17 +502,13 @@ class Engine:
             return None
         row = rows[i]
         if draft is None or i >= len(draft.tokens):  # a plain token, or a bonus: no draft token was judged here
-            return Judgement(i, self._candidates(row.top), match=draft.match if draft else 0)
+            return Judgement(i, self._candidates(row.top))
         token = draft.tokens[i]
-        tops = row.draft_top
-        if draft.q is not None:
-            q: float | None = draft.q[i].prob(token)
-        else:  # a greedy model draft drafts its most likely token; an n-gram draft has no probability
-            q = tops[0][1] if tops and tops[0][0] == token else None
-        return Judgement(i, self._candidates(row.top), self._candidates(tops),
-                         Candidate(token, self._text(token), row.p_drafted or 0.0), q, row.accept, draft.match,
-                         self.target.detokenize([t for t in draft.copied if 0 <= t < self.target.n_vocab])
-                         if draft.copied else "", draft.remembered)
+        copied = draft.copied or []
+        return Judgement(i, self._candidates(row.top), self._candidates(row.draft_top),
+                         Candidate(token, self._text(token), row.p_drafted or 0.0), row.draft_p, row.p_sampled,
+                         row.q_sampled, row.accept, len(copied) - len(draft.tokens) if copied else draft.match,
+                         self.target.detokenize([t for t in copied if 0 <= t < self.target.n_vocab]), draft.remembered)
 
     def _emit(self, reply: _Reply, token: int, kind: TokenKind, step: int,
               judgement: Judgement | None = None) -> TokenEmitted:

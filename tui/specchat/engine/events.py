@@ -72,8 +72,12 @@ class Judgement:
     top: tuple[Candidate, ...]  # the target's best candidates at this position, most likely first
     draft_top: tuple[Candidate, ...] = ()  # a model draft's best candidates at the same position
     drafted: Candidate | None = None  # the draft's token here, with the target's p of it (a correction: the rejected)
-    q: float | None = None  # the draft's probability of ``drafted`` (a model draft; its sampling chain's if sampled)
-    accept: float | None = None  # min(1, p/q) through the sampling chain: a sampled model draft's chance here
+    draft_p: float | None = None  # a model draft's softmax probability of ``drafted``
+    # A sampled model draft is judged through the sampling chain (top-k/top-p/min-p/temperature): the chain's p and q
+    # of ``drafted``, and min(1, p/q), the chance it had to be accepted.
+    p_sampled: float | None = None
+    q: float | None = None
+    accept: float | None = None
     match: int = 0  # an n-gram draft: how many tokens matched the end of the conversation
     copied: str = ""  # an n-gram draft: the earlier text it copied from, the matched part first
     remembered: bool = False  # an n-gram draft copied from a reply of an earlier chat

@@ -86,7 +86,9 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
     draft = drafter.propose(tokens, k, rules) if drafter is not None and k > 0 else NO_DRAFT
     proposal = draft.tokens
     if choose is not None and draft.tokens:
-        draft = replace(draft, tokens=draft.tokens[: choose(draft.match)])
+        kept = choose(draft.match)
+        copied = draft.copied[: len(draft.copied) - len(draft.tokens) + kept] if draft.copied else None
+        draft = replace(draft, tokens=draft.tokens[:kept], copied=copied)
     t_draft = perf_counter() - start
     ignored = 0
     if draft.q is None and 0 < len(draft.tokens) < rules.n_min:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,7 +147,7 @@ def _inspect(repl: Repl, arg: str) -> None:
                  + (f"; its corrections: {', '.join(marked[:12])}" + (" …" if len(marked) > 12 else "") if marked
                     else ""), "class:dim")
         return
-    n = int(arg) if arg.lstrip("-").isdigit() else 0
+    n = int(arg) if re.fullmatch(r"-?[0-9]+", arg) else 0
     if not (1 <= n <= count or -count <= n <= -1):
         repl.say(f"usage: /inspect N — N from 1 to {count}, or -1 for the last token", "class:warn")
         return
@@ -162,8 +163,15 @@ def _replay(repl: Repl, arg: str) -> None:
     if not record.trace:
         repl.say(NO_TRACE, "class:warn")
         return
-    replay = Replay.of(record.trace)
+    try:
+        replay = Replay.of(record.trace)
+    except ValueError as exc:
+        repl.say(str(exc), "class:warn")
+        return
     numbers = [s.number for s in replay.steps]
+    if not numbers:
+        repl.say("the last reply is empty: it has no step to replay", "class:dim")
+        return
     if arg and not (arg.isdigit() and int(arg) in numbers):
         repl.say(f"usage: /replay [STEP] — the last reply's steps are 0 … {numbers[-1]}", "class:warn")
         return

@@ -9,21 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.text import Text
-from textual.binding import Binding
 from textual.widgets import Static
 
 from ...chats.replay import copy_source, judgement_of, token_lines
+from ..keymap import INSPECTOR_BINDINGS
 from .reply import COPIED, SELECTED, ReplyView, UserMessage
 
-INSPECTOR_BINDINGS = [
-    Binding("left", "move(-1)", "Token before", id="inspect_previous", tooltip="The token before"),
-    Binding("right", "move(1)", "Token after", id="inspect_next", tooltip="The token after"),
-    Binding("up", "reply(-1)", "Reply before", id="inspect_reply_up", tooltip="The last token of the reply before"),
-    Binding("down", "reply(1)", "Reply after", id="inspect_reply_down", tooltip="The last token of the reply after"),
-    Binding("home", "edge(0)", "First token", id="inspect_first", show=False, tooltip="The reply's first token"),
-    Binding("end", "edge(-1)", "Last token", id="inspect_last", show=False, tooltip="The reply's last token"),
-    Binding("escape", "close", "Close", id="inspect_close", tooltip="Close the inspector; the prompt takes the keys"),
-]
 
 
 class Inspector(Static, can_focus=True):
