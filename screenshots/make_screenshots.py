@@ -139,8 +139,10 @@ def repl() -> None:
             subprocess.run(["tmux", "send-keys", "-t", session, "C-l"], check=True)  # a clear screen for the next one
             type_line("/replay 2")
             wait_for("  so far:")
-            type_line("/inspect 4")
-            wait_for("target's top:")
+            type_line("/inspect")
+            wait_for("/inspect N explains")
+            type_line("/inspect 3")
+            wait_for("target's top")
             time.sleep(0.5)
             capture("repl-inspect")
         finally:
