@@ -68,6 +68,9 @@ def _v3(db: sqlite3.Connection) -> None:
 
 
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
+COLUMNS = {"conversations": ("id", "title", "profile", "system_prompt", "created", "updated"),
+           "messages": ("id", "conversation_id", "position", "role", "content", "tokens", "segments", "ghosts",
+                        "finish_reason", "telemetry", "target_id", "trace", "created")}
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -172,6 +175,16 @@ class Store:
         # drop the last commits), without an fsync on the UI thread at every save.
         self.db.execute("PRAGMA synchronous = NORMAL")
         self._migrate()
+        self._check_columns()
+
+    def _check_columns(self) -> None:
+        """Every column the store reads is there: damage in the schema's own text (a column's name) passes the
+        integrity check, and would otherwise fail only at the first query, mid-chat."""
+        for table, columns in COLUMNS.items():
+            try:
+                self.db.execute(f"SELECT {', '.join(columns)} FROM {table} LIMIT 0")
+            except sqlite3.OperationalError as exc:
+                raise DamagedDatabase(f"its schema is damaged: {exc}") from None
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
