@@ -5,6 +5,7 @@ a reopened chat shows exactly what the live reply did.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from ..engine.events import (
@@ -55,6 +56,9 @@ class Step:
 class Replay:
     events: list[Event]
     steps: list[Step]
+    # The figures after the events consumed so far, for stepping forward: replaying a whole reply step by step would
+    # otherwise consume its first events once per step.
+    _running: tuple[int, LiveTelemetry] | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, trace: list[Row]) -> Replay:
@@ -81,8 +85,11 @@ class Replay:
     def telemetry_at(self, index: int) -> LiveTelemetry:
         """The sidebar's figures for this reply as they were when step ``index`` (of ``steps``) ended. The chat's
         counters are not kept with a reply: they show "–" (a fresh, empty count), not this reply's as the chat's."""
-        telemetry = LiveTelemetry()
-        telemetry.consume(self.events[: self.steps[index].events])
+        upto = self.steps[index].events
+        consumed, running = self._running if self._running and self._running[0] <= upto else (0, LiveTelemetry())
+        running.consume(self.events[consumed:upto])
+        self._running = (upto, running)
+        telemetry = copy.deepcopy(running)
         telemetry.chat = ReplyStats()
         finished = self.finished
         telemetry.adaptive = bool(finished and finished.stats.adaptive)
@@ -90,7 +97,7 @@ class Replay:
 
     @property
     def finished(self) -> ReplyFinished | None:
-        return next((e for e in self.events if isinstance(e, ReplyFinished)), None)
+        return next((e for e in reversed(self.events) if isinstance(e, ReplyFinished)), None)  # the last, if any
 
     def ghosts_until(self, index: int) -> dict[int, str]:
         """The rejected tails of steps 0..``index``, keyed as a record's ghosts (by the segment they follow)."""

@@ -74,7 +74,7 @@ def judge_rows(rows: np.ndarray, drafted: Sequence[int], q: Sequence[Dist] | Non
                n_rows: int, n: int, sampling: SamplingParams) -> list[RowJudgement]:
     """Rows 0..n_rows-1 of a verify batch: row i judged ``drafted[i]`` (when there is one) and chose the token shown
     there; ``draft_rows`` are a model draft's logits at the same positions. Only asked for by the inspector: it costs
-    two passes over the vocabulary per row."""
+    one ``ranked`` per row (and per draft row)."""
     out = []
     for i in range(n_rows):
         token = drafted[i] if i < len(drafted) else None
