@@ -17,6 +17,7 @@ from specchat.backends.server_process import ServerProcess
 from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig
 from specchat.engine.config import BackendSpec
 from specchat.engine.events import Event, TokenEmitted
+from specchat.engine.loops import LoopRule
 
 KINDS = ("in-process", "managed", "remote-llama", "remote-openai")
 SYSTEM = "You are a helpful assistant."
@@ -109,30 +110,35 @@ class PlainDecoding:
 
     def __init__(self, target: Path, draft: Path) -> None:
         self.target, self.draft = target, draft
-        self._backends: dict[int, object] = {}
+        self._backends: dict[tuple[int, bool], object] = {}
         self._cache: dict[tuple, tuple[list[int], str]] = {}
+        self.looped: set[str] = set()  # the texts of plain replies that stopped in a loop
 
-    def answer(self, history: list[Message], text: str, *, n_ctx: int = 2048,
-               max_tokens: int = 40) -> tuple[list[int], str]:
-        """The plain reply's ids and text to ``text`` after ``history`` (ids of earlier replies kept as given)."""
-        key = (tuple((m.role, m.content, tuple(m.tokens or ())) for m in history), text, n_ctx, max_tokens)
+    def answer(self, history: list[Message], text: str, *, n_ctx: int = 2048, max_tokens: int = 40,
+               loop: bool = True) -> tuple[list[int], str]:
+        """The plain reply's ids and text to ``text`` after ``history`` (ids of earlier replies kept as given),
+        stopped in a loop as a profile stops it (``loop``: test_loops.py checks that rule apart)."""
+        key = (tuple((m.role, m.content, tuple(m.tokens or ())) for m in history), text, n_ctx, max_tokens, loop)
         if key not in self._cache:
-            if n_ctx not in self._backends:
+            if (n_ctx, loop) not in self._backends:
                 config = dataclasses.replace(speculative_config(self.target, self.draft, n_ctx), spec=SpecConfig("none"),
-                                             draft=None, backend=BackendSpec())
-                self._backends[n_ctx] = open_backend(config)
-            backend = self._backends[n_ctx]
+                                             draft=None, backend=BackendSpec(), loop=LoopRule() if loop else None)
+                self._backends[n_ctx, loop] = open_backend(config)
+            backend = self._backends[n_ctx, loop]
             events = list(backend.answer(history, text, max_tokens=max_tokens))
             ids = [e.token for e in events if isinstance(e, TokenEmitted)]
             self._cache[key] = (ids, events[-1].text)
+            if events[-1].finish_reason == "loop":
+                self.looped.add(events[-1].text)
         return self._cache[key]
 
-    def chat(self, texts: tuple[str, ...], *, n_ctx: int = 2048, max_tokens: int = 40) -> list[tuple[list[int], str]]:
+    def chat(self, texts: tuple[str, ...], *, n_ctx: int = 2048, max_tokens: int = 40,
+             loop: bool = True) -> list[tuple[list[int], str]]:
         """Plain replies to ``texts`` in one chat."""
         history = [Message("system", SYSTEM)]
         replies = []
         for text in texts:
-            ids, reply = self.answer(history, text, n_ctx=n_ctx, max_tokens=max_tokens)
+            ids, reply = self.answer(history, text, n_ctx=n_ctx, max_tokens=max_tokens, loop=loop)
             replies.append((ids, reply))
             history += [Message("user", text), Message("assistant", reply, ids)]
         return replies

@@ -16,6 +16,7 @@ from specchat.chats.controller import Refused
 from specchat.engine import Message
 from specchat.engine.events import ContextTrimmed, TokenEmitted
 from specchat.errors import BackendError
+from test_loops import LIMIT, LOOPS, first_loop
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
 
@@ -32,11 +33,13 @@ def profile(kind, tmp_path, llama_server, servers):
     return make
 
 
-def same(kind: str, record, expected: tuple[list[int], str]) -> None:
-    """Greedy equality: token for token where the backend sends ids; the text where it sends only text."""
+def same(kind: str, record, expected: tuple[list[int], str], plain=None) -> None:
+    """Greedy equality: token for token where the backend sends ids; the text where it sends only text (there a loop
+    is cut where tiktoken's count of the text says: one text runs on from the other, and one of them looped)."""
     ids, text = expected
     if kind == "remote-openai":
-        assert record.text == text
+        looped = record.finish_reason == "loop" or plain is not None and text in plain.looped
+        assert record.text == text or looped and (record.text.startswith(text) or text.startswith(record.text))
     else:
         assert record.tokens == ids, (record.text, text)
         assert record.text == text
@@ -103,7 +106,7 @@ def test_a_cancelled_reply_then_the_next_turn(kind, profile, plain):
         ids = None if kind == "remote-openai" else list(partial.tokens)
         history = [Message("system", SYSTEM), Message("user", "Write a very long story about a dragon and a knight."),
                    Message("assistant", partial.text, ids, "cancelled")]
-        same(kind, follow, plain.answer(history, "Shorter, please.", max_tokens=200))
+        same(kind, follow, plain.answer(history, "Shorter, please.", max_tokens=200), plain)
     finally:
         controller.close()
 
@@ -120,6 +123,37 @@ def test_regenerate_answers_the_same_prompt_again(kind, profile, plain):
         assert len(controller.session.turns) == 2 and again is not first
         same(kind, again, plain.chat(TURNS[:1])[0])
         assert again.text == first.text
+    finally:
+        controller.close()
+
+
+def test_a_reply_in_a_loop_stops_where_plain_decoding_repeats_itself(kind, profile, plain):
+    """Three prompts the target answers in a loop, in one chat: each reply is plain decoding's (run to the limit
+    without the rule) cut where the rule's words say, the next turn continues from the reply as cut, and A/B of a cut
+    reply compares alike (both arms stop by the same rule)."""
+    controller = controller_for(profile(), max_tokens=LIMIT)
+    history = [Message("system", SYSTEM)]
+    try:
+        cut = 0
+        for text in LOOPS:
+            ids, full = plain.answer(history, text, max_tokens=LIMIT, loop=False)
+            record = ask(controller, text)
+            if kind == "remote-openai":  # the rule counts tiktoken's tokens of the text there: cut elsewhere
+                assert full.startswith(record.text) and record.finish_reason in ("loop", "stop", "length")
+                assert record.finish_reason == "loop" or record.text == full
+            else:
+                loop = first_loop(ids)
+                n = loop[0] if loop else len(ids)
+                assert record.tokens == ids[:n] and record.finish_reason == ("loop" if loop else "length")
+                assert record.stats["loop_span"] == (loop[1] if loop else 0)
+            cut += record.finish_reason == "loop"
+            history += [Message("user", text), Message("assistant", record.text,
+                                                        None if kind == "remote-openai" else list(record.tokens))]
+        assert cut >= 2
+        if kind in ("in-process", "managed"):
+            result = controller.compare().run()
+            assert result is not None and result.identical is True
+            assert result.plain["finish_reason"] == controller.session.last_reply.finish_reason == "loop"
     finally:
         controller.close()
 

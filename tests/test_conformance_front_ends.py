@@ -26,6 +26,7 @@ from specchat.app.widgets.reply import ProvenanceLines, ReplyView
 from test_app import SIZE, plain_text, wait_until
 from test_app import ask as ask_in_app
 from specchat.chats.store import Store
+from test_loops import LIMIT, LOOPS, first_loop
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
 
@@ -258,3 +259,35 @@ def test_cancel_then_continue_then_retry_in_the_repl(kind, tmp_path, user_cache,
     assert replies[0].finish_reason == "cancelled" and len(replies) == 2
     assert_equal(kind, [replies[1]], [expected])
     assert text.count(expected[1]) == 2, text  # printed twice: the next turn, and /retry's answer to it again
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_reply_in_a_loop_stops_and_says_so_in_the_repl(kind, tmp_path, user_cache, llama_server, servers, plain):
+    profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
+    result = repl(tmp_path, profile, [LOOPS[1]], max_tokens=LIMIT)
+    assert result.returncode == 0, result.stderr
+    ((reply,),) = stored_replies(tmp_path / "data" / "specchat" / "chats.sqlite3")
+    assert reply.finish_reason == "loop" and "stopped in a loop: the same" in result.stdout
+    ids, text = plain.chat(LOOPS[1:2], max_tokens=LIMIT, loop=False)[0]
+    assert text.startswith(reply.content) and len(reply.content) < len(text)
+    if kind != "remote-openai":
+        n, span = first_loop(ids)
+        assert reply.tokens == ids[:n] and f"the same {span}-token span" in result.stdout
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_reply_in_a_loop_stops_and_says_so_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
+    settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
+    settings.max_tokens = LIMIT
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        record = await ask(pilot, LOOPS[2])
+        view = list(app.query(ReplyView))[-1]
+        status = plain_text(view.status_line)
+    ids, text = plain.chat(LOOPS[2:], max_tokens=LIMIT, loop=False)[0]
+    assert record.finish_reason == "loop" and "↻ stopped in a loop: the same" in status
+    assert "stop_on_loop = false" in status
+    if kind != "remote-openai":
+        n, span = first_loop(ids)
+        assert record.tokens == ids[:n] and f"the same {span}-token span" in status

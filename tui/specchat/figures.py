@@ -33,6 +33,19 @@ def draft_length(stats: Any) -> str:
     return "auto" if stats.adaptive else str(stats.n_max)
 
 
+def looped(span: int, tokens: int) -> str:
+    """How a reply that stopped in a loop (finish reason "loop", engine/loops.py) says so."""
+    return (f"stopped in a loop: the same {span}-token span over and over ({tokens} tokens)"
+            " — [chat] stop_on_loop = false lets a reply run on")
+
+
+def finish_said(finish_reason: str, stats: Any) -> str:
+    """A finish reason for a summary line: the word itself, a loop with what it repeated."""
+    if finish_reason == "loop" and getattr(stats, "loop_span", 0):
+        return looped(stats.loop_span, stats.loop_tokens)
+    return finish_reason
+
+
 def summary_line(stats: Any, finish_reason: str) -> str:
     """The one line after a reply, for ``ask`` and the REPL."""
     approx = ESTIMATE if getattr(stats, "estimated", False) else ""
@@ -47,7 +60,7 @@ def summary_line(stats: Any, finish_reason: str) -> str:
         parts.append(f"mean accept length {stats.mean_acceptance_length:.2f}")
     if not stats.speculation_active and stats.speculation_reason:
         parts.append(f"speculation off: {stats.speculation_reason}")
-    parts.append(finish_reason)
+    parts.append(finish_said(finish_reason, stats))
     return " · ".join(parts)
 
 

@@ -31,10 +31,12 @@ from ..errors import SpecchatError, one_line
 from ..profiles import Profile, load_profile
 from ..profiles.favourites import favourite
 from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
+from .editing import EditingActions
 from .inspecting import InspectingActions
 from .keymap import ALL_BINDINGS, APP_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS, load_keymap
 from .terminal_input import tolerate_invalid_utf8
-from .screens import ABScreen, ConversationsScreen, HelpScreen, ProfileScreen, SystemPromptScreen
+from .chat_list import ConversationsScreen
+from .screens import ABScreen, HelpScreen, ProfileScreen, SystemPromptScreen
 from .settings import Settings
 from .widgets.footer import Footer
 from .widgets.prompt import PromptInput
@@ -56,7 +58,7 @@ class Activity(Enum):
 EXIT_WAIT_S = 60.0  # every long operation stops when cancelled; this only bounds a backend that hangs outright
 
 
-class SpecchatApp(ControllerViews, InspectingActions, App):
+class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
     CSS_PATH = "specchat.tcss"
     BINDINGS = APP_BINDINGS
     TITLE = "specchat"
@@ -152,7 +154,7 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
         if not self.chat.is_anchored and self.chat.max_scroll_y > 0:
             self.chat.anchor()
 
-    def _show_turns(self) -> None:
+    def show_turns(self) -> None:
         """Draw the whole chat again from the session (a chat opened, a new chat)."""
         if self.inspector.display:
             self.inspector.action_close()
@@ -167,8 +169,16 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
     def _mount_turn(self, turn: UserTurn | ReplyRecord) -> None:
         view = UserMessage(turn.text) if isinstance(turn, UserTurn) else ReplyView(turn, show_ghosts=self.show_ghosts,
                                                                                    markdown=self.markdown)
+        index = next(i for i, t in enumerate(self.conversation.turns) if t is turn)
+        versions = self.conversation.alternatives(index)
+        if versions is not None:
+            view.set_versions(versions, f"{self.binding_key('version_previous')} {self.binding_key('version_next')}")
+        view.set_class(index == self.selected, "selected")
         self._views[id(turn)] = view
         self.chat.mount(view)
+
+    def view_of(self, turn: UserTurn | ReplyRecord) -> ReplyView | UserMessage | None:
+        return self._views.get(id(turn))
 
     def _forget_views(self) -> None:
         """Remove the views of turns the session no longer has (a refused message, a regenerated reply)."""
@@ -200,7 +210,7 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
                 chats = session.store.conversations()
                 if chats:
                     self.controller.open_chat(chats[0].id)
-                    self._show_turns()
+                    self.show_turns()
             except StoreError as exc:  # the last chat cannot be read: start a new one, say why
                 self.notify(str(exc), severity="error", timeout=20)
         if self.settings.autoload:
@@ -373,21 +383,22 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
     def submit(self, text: str) -> None:
         if not text.strip():
             return
-        why = self._why_busy() or self.controller.why_not_send()
+        why = self.why_busy() or self.controller.why_not_send()
         if why:
             self.notify(why, severity="warning")
             self.query_one(PromptInput).load_text(text)
             return
-        self._start(self.controller.begin(text))
+        if not self.send_edit(text):
+            self.start_exchange(self.controller.begin(text))
 
-    def _why_busy(self) -> str | None:
+    def why_busy(self) -> str | None:
         if self.busy is Activity.LOADING:
             return "the model is still loading — try again in a moment"
         if self.busy is not None:
             return "still answering — press Esc to cancel first"
         return None
 
-    def _start(self, exchange: Exchange) -> None:
+    def start_exchange(self, exchange: Exchange) -> None:
         """Show the exchange the controller began, then answer it on the engine thread."""
         self._forget_views()
         for turn in self.conversation.turns[-2:]:
@@ -459,8 +470,12 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
         self.refresh_sidebar()
 
     def action_cancel(self) -> None:
+        """Esc: stops the reply (or A/B) in progress; else leaves an edit as it was, else clears the selection."""
         if self.busy in (Activity.GENERATING, Activity.COMPARING):
             self.controller.cancel_reply()
+        elif not self.cancel_edit() and self.selected is not None:
+            self.selected = None
+            self.show_selection()
 
     async def action_quit(self) -> None:
         self.exit()
@@ -527,14 +542,6 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
             self.copy_to_clipboard(record.text)
             self.notify("reply copied to the clipboard")
 
-    def action_copy_code(self) -> None:
-        blocks = self._last_reply.code_blocks() if self._last_reply else []
-        if blocks:
-            self.copy_to_clipboard(blocks[-1])
-            self.notify("code block copied to the clipboard")
-        else:
-            self.notify("the last reply has no code block", severity="warning")
-
     def action_regenerate(self) -> None:
         if self.busy is not None or self.backend is None:
             return
@@ -543,11 +550,11 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
         except SpecchatError as exc:
             self.notify(str(exc), severity="warning")
             return
-        self._start(exchange)
+        self.start_exchange(exchange)
 
     def action_ab_compare(self) -> None:
         if self.busy is not None:
-            self.notify(self._why_busy() or "", severity="warning")
+            self.notify(self.why_busy() or "", severity="warning")
             return
         try:
             comparison = self.controller.compare()
@@ -585,21 +592,33 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
         if self.busy is not None:
             return
         self.controller.new_chat()
-        self._show_turns()
+        self.show_turns()
         self.refresh_sidebar()
 
     def action_conversations(self) -> None:
         if self.conversation.store is None:
             self.notify("chats are not being saved (no database) — nothing to list", severity="warning")
             return
-        self.push_screen(ConversationsScreen(self.conversation.store), self._conversation_chosen)
+        self.push_screen(ConversationsScreen(self.conversation.store, self._rename, self.conversation.id),
+                         self._conversation_chosen)
 
-    def _conversation_chosen(self, choice: tuple[str, int] | None) -> None:
+    def _rename(self, chat_id: int, title: str) -> None:
+        """A chat renamed in the list: the one on screen through its session (which keeps the title it shows)."""
+        if chat_id == self.conversation.id:
+            self.controller.rename(title)
+            self.refresh_sidebar()
+        else:
+            self.conversation.store.rename(chat_id, title)
+
+    def _conversation_chosen(self, choice: tuple[str, int, int | None] | None) -> None:
         if choice is None or self.busy is not None:
             return
-        action, conversation_id = choice
+        action, conversation_id, position = choice
         if action == "open":
             self.open_conversation(conversation_id)
+            if position is not None and position < len(self.conversation.turns):
+                self.selected = position  # the message the search found
+                self.show_selection()
         elif action == "export":
             self._export(conversation_id)
 
@@ -609,7 +628,7 @@ class SpecchatApp(ControllerViews, InspectingActions, App):
         except (StoreError, OSError) as exc:
             self.notify(one_line(exc), severity="error")
             return
-        self._show_turns()
+        self.show_turns()
         self.refresh_sidebar()
 
     def action_export(self) -> None:

@@ -1,10 +1,9 @@
-"""Secondary screens, one modal per action: help, profile picker, A/B comparison, conversations, system prompt."""
+"""Secondary screens, one modal per action: help, profile picker, A/B comparison, system prompt; a question, a code
+block to pick. (The chat list and its search: chat_list.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from rich.table import Table
 from rich.text import Text
@@ -19,11 +18,8 @@ from textual.widgets.option_list import Option
 from ..errors import SpecchatError
 from ..profiles import Profile, available_profiles, load_profile
 from ..profiles.presence import absent_models
-from ..chats.store import Store, StoreError
 from ..chats.ab import ABResult
 from .keymap import ALL_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS
-
-T = TypeVar("T")
 
 CLOSE = [Binding("escape", "dismiss_screen", "Close", id="close_modal", tooltip="Close this dialog")]
 
@@ -238,79 +234,6 @@ class ABScreen(_Modal):
         self.dismiss(None)
 
 
-class ConversationsScreen(_Modal):
-    BINDINGS = CLOSE + [
-        Binding("r", "rename", "Rename", id="chat_rename", tooltip="Rename the highlighted chat"),
-        Binding("d", "delete", "Delete", id="chat_delete", tooltip="Delete the highlighted chat"),
-        Binding("e", "export", "Export", id="chat_export", tooltip="Export the highlighted chat to Markdown and JSON"),
-    ]
-
-    def __init__(self, store: Store) -> None:
-        super().__init__()
-        self.store = store
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="conversations", classes="dialog"):
-            yield Label("Chats — Enter opens · r renames · d deletes · e exports")
-            yield OptionList(id="chat-list")
-            yield Input(placeholder="new title, then Enter", id="rename")
-
-    def on_mount(self) -> None:
-        self.query_one("#rename", Input).display = False
-        self._reload()
-
-    def _reload(self) -> None:
-        options = self.query_one("#chat-list", OptionList)
-        options.clear_options()
-        for c in self._stored(self.store.conversations) or []:
-            options.add_option(Option(Text.assemble((c.title, "bold"), (f"  {c.profile}", "dim")), id=str(c.id)))
-
-    def _stored(self, call: Callable[[], T]) -> T | None:
-        """A store call; one that fails (a damaged database, a full disk) is one line, not a traceback."""
-        try:
-            return call()
-        except StoreError as exc:
-            self.notify(str(exc), severity="error", timeout=15)
-            return None
-
-    def _highlighted(self) -> int | None:
-        options = self.query_one("#chat-list", OptionList)
-        if options.highlighted is None:
-            return None
-        return int(options.get_option_at_index(options.highlighted).id)
-
-    @on(OptionList.OptionSelected)
-    def open(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(("open", int(event.option.id)))
-
-    def action_rename(self) -> None:
-        if self._highlighted() is not None:
-            field = self.query_one("#rename", Input)
-            field.display = True
-            field.focus()
-
-    @on(Input.Submitted, "#rename")
-    def renamed(self, event: Input.Submitted) -> None:
-        chosen = self._highlighted()
-        if chosen is not None and event.value.strip():
-            self._stored(lambda: self.store.rename(chosen, event.value.strip()))
-        event.input.display = False
-        event.input.value = ""
-        self._reload()
-        self.query_one("#chat-list").focus()
-
-    def action_delete(self) -> None:
-        chosen = self._highlighted()
-        if chosen is not None:
-            self._stored(lambda: self.store.delete(chosen))
-            self._reload()
-
-    def action_export(self) -> None:
-        chosen = self._highlighted()
-        if chosen is not None:
-            self.dismiss(("export", chosen))
-
-
 class SystemPromptScreen(_Modal):
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -333,3 +256,52 @@ class SystemPromptScreen(_Modal):
     @on(Button.Pressed, "#cancel")
     def cancel(self) -> None:
         self.dismiss(None)
+
+
+class ConfirmScreen(_Modal):
+    """A yes-or-no question before something that cannot be undone; dismissed with True for yes."""
+
+    BINDINGS = CLOSE + [Binding("y", "answer(True)", "Yes", id="confirm_yes", tooltip="Yes, do it"),
+                        Binding("n", "answer(False)", "No", id="confirm_no", tooltip="No, leave everything as it is")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm", classes="dialog"):
+            yield Label(self.question)
+            with Horizontal():
+                yield Button("Yes (y)", id="yes", variant="error")
+                yield Button("No (n, Esc)", id="no")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+    @on(Button.Pressed)
+    def pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class CodeBlockScreen(_Modal):
+    """A reply's code blocks, one line each (its language and first line): the one chosen is dismissed with."""
+
+    def __init__(self, blocks: list[str]) -> None:
+        super().__init__()
+        self.blocks = blocks
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="code-blocks", classes="dialog"):
+            yield Label(f"This reply has {len(self.blocks)} code blocks — Enter copies the one highlighted")
+            options = []
+            for n, block in enumerate(self.blocks, start=1):
+                lines = block.splitlines() or [""]
+                first = next((line.strip() for line in lines if line.strip()), "(empty)")
+                options.append(Option(Text.assemble((f"{n}  ", "bold"), first[:80],
+                                                    (f"  {len(lines)} line{'s' * (len(lines) != 1)}", "dim")),
+                                      id=str(n - 1)))
+            yield OptionList(*options, id="code-list")
+
+    @on(OptionList.OptionSelected)
+    def chosen(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self.blocks[int(event.option.id)])

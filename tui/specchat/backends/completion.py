@@ -30,6 +30,7 @@ from ..engine.events import (
     TokenKind,
 )
 from ..engine.llama import Model
+from ..engine.loops import LoopRule, loop_watch
 from ..engine.stats import ReplyStats
 from ..errors import BackendError
 from .held_tokens import PieceIndex, chunk_tokens
@@ -60,6 +61,7 @@ class Request:
     state: SpeculationState
     n_max: int
     top: int = 0  # candidates asked for per token (``n_probs``), for the token inspector
+    loop: LoopRule | None = None  # stop a reply that repeats itself, as the engine does
 
 
 @dataclass
@@ -91,6 +93,7 @@ class CompletionStream:
         stream = EventStream(f"{request.url}/completion", body, request.headers, key_env=request.key_env,
                              should_stop=should_stop)
         tracker = StepTracker()
+        watch = loop_watch(request.loop)
         finish: str | None = None
         announced = False
         seen = 0  # tokens generated so far, as the server counts them
@@ -113,6 +116,10 @@ class CompletionStream:
                     event = self._token(reply, token, content, i == len(ids) - 1, unknown, kind, step, judgement)
                     if event is not None:
                         yield event
+                        if watch is not None and watch.add(event.token if token is not None else event.text):
+                            finish = "loop"
+                            reply.stats.loop_span, reply.stats.loop_tokens = watch.span, watch.covered
+                            break
                         if reply.stats.generated >= request.max_tokens:
                             finish = "length"
                             break

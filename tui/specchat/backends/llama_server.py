@@ -71,8 +71,8 @@ def _restart_needed(running: EngineConfig, new: EngineConfig) -> bool:
     """What only a new server process can change: everything but sampling. (llama-server's per-request speculative
     parameters are compiled out of this build — ``#if 0`` in tools/server/server-schema.cpp — so a new draft length
     or method means a new process.)"""
-    def fixed(c: EngineConfig) -> tuple:
-        return dataclasses.replace(c, sampling=running.sampling, system_prompt=None)
+    def fixed(c: EngineConfig) -> tuple:  # the loop rule is specchat's, read from the stream
+        return dataclasses.replace(c, sampling=running.sampling, system_prompt=None, loop=None)
     return fixed(running) != fixed(new)
 
 
@@ -269,7 +269,7 @@ class LlamaServerBackend:
                 yield trimmed
         state = self.speculation_state()
         request = Request(self.url, self.headers, self.key_env, prompt, self._sampling(), max_tokens,
-                          self.config.n_ctx, state, self.n_max, top)
+                          self.config.n_ctx, state, self.n_max, top, self.config.loop)
         yield from self._stream.events(request, should_stop)
 
     def spec_counters(self) -> dict[str, float]:

@@ -20,6 +20,7 @@ from typing import Any
 from ..engine.config import EngineConfig
 from ..engine.conversation import Message, as_dicts
 from ..engine.events import Event, Judgement, ReplyFinished, ReplyStarted, SpeculationState, TokenEmitted, TokenKind
+from ..engine.loops import loop_watch
 from ..engine.stats import ReplyStats
 from ..errors import BackendError
 from .http import EventStream, get_text
@@ -65,6 +66,7 @@ def chat_completion(url: str, headers: dict[str, str], key_env: str | None, conf
     stream = EventStream(f"{url}/v1/chat/completions", body, headers, key_env=key_env, should_stop=should_stop)
     yield ReplyStarted(prompt_estimate, 0, prompt_estimate, config.n_ctx, state, estimated_tokens=True)
     pieces: list[str] = []
+    watch = loop_watch(config.loop)  # over tiktoken's tokens of each chunk: the server sends no ids
     counted = chunk = 0
     finish, usage = None, None
     try:
@@ -79,6 +81,10 @@ def chat_completion(url: str, headers: dict[str, str], key_env: str | None, conf
                 for i in range(max(1, now - counted)):  # every chunk with text holds at least one token
                     yield _emit(stats, started, piece if i == 0 else "", chunk, top)
                 counted = max(now, counted + 1)
+                if watch is not None and any(watch.add(t) for t in _encoding().encode(piece, disallowed_special=())):
+                    finish = "loop"
+                    stats.loop_span, stats.loop_tokens = watch.span, watch.covered
+                    break
             if choice.get("finish_reason"):
                 finish = {"length": "length"}.get(choice["finish_reason"], "stop")
             if should_stop():

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..backends import Backend, open_backend
 from ..engine import EngineConfig, Message, ReplyFinished, TokenEmitted
 from ..engine.config import BackendSpec
+from ..engine.loops import loop_watch
 from ..errors import SpecchatError
 from ..telemetry.memory import GpuMemory, gpu_memory, peak_rss_bytes, reset_peak_rss
 from .tasks import Task
@@ -190,14 +191,26 @@ class LlamaCppPythonRunner:
             max_tokens=task.max_tokens, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
             min_p=sampling.min_p, seed=sampling.seed, stream=True,
         )
+        # The same rule as every other runner, over the tokens of its chunks (a chunk holds a whole character: a
+        # character spelled over several tokens comes as one chunk).
+        watch = loop_watch(self.config.loop)
+        finish = "stop"
         for chunk in stream:
-            piece = chunk["choices"][0]["delta"].get("content")
+            choice = chunk["choices"][0]
+            piece = choice["delta"].get("content")
+            finish = choice.get("finish_reason") or finish
             if piece:
                 ttft = ttft if ttft is not None else time.perf_counter() - start
                 chunks.append(piece)
+                tokens = self.llm.tokenize(piece.encode(), add_bos=False, special=True) if watch is not None else []
+                if any(watch.add(token) for token in tokens):
+                    finish = "loop"
+                    stream.close()
+                    break
         total = time.perf_counter() - start
         return RunResult(self.label, task.name, rep, ttft, total, len(chunks), _decode_tps(len(chunks), total, ttft),
-                         "".join(chunks), peak_rss=peak_rss_bytes(), vram_process=_vram())
+                         "".join(chunks), peak_rss=peak_rss_bytes(), vram_process=_vram(),
+                         extra={"finish_reason": finish})
 
     def close(self) -> None:
         self.llm.close()

@@ -24,14 +24,15 @@ if TYPE_CHECKING:
 SAME_CACHE_TITLE = "A/B: the same prompt, target, context, sampling and cache state"
 FRESH_CACHE_TITLE = ("A/B: the same prompt, target, context and sampling, not the same cache state — the plain arm"
                      " decoded {plain} prompt tokens, the reply {spec}")
-FINISHED_BY_ITSELF = ("stop", "length")
+FINISHED_BY_ITSELF = ("stop", "length", "loop")  # the plain arm stops by the same rules
 
 
 def conditions_of(config: EngineConfig) -> dict[str, Any]:
     """What both arms of an A/B must share with the reply (kept with the reply, so a reopened chat is checked too)."""
-    s = config.sampling
+    s, loop = config.sampling, config.loop
     return {"n_ctx": config.n_ctx, "kv_cache": config.kv_cache,
-            "sampling": [s.temperature, s.top_k, s.top_p, s.min_p, s.seed]}
+            "sampling": [s.temperature, s.top_k, s.top_p, s.min_p, s.seed],
+            "loop": [loop.repeats, loop.min_tokens, loop.window] if loop is not None else None}
 
 
 def refusal(record: ReplyRecord | None, config: EngineConfig, target_id: str) -> str | None:
@@ -48,8 +49,10 @@ def refusal(record: ReplyRecord | None, config: EngineConfig, target_id: str) ->
     changed = []
     if record.target_id != target_id:
         changed.append("the target model")
-    for key, label in (("sampling", "the sampling"), ("n_ctx", "the context size"), ("kv_cache", "the KV cache")):
-        if record.conditions is not None and record.conditions.get(key) != now[key]:
+    for key, label in (("sampling", "the sampling"), ("n_ctx", "the context size"), ("kv_cache", "the KV cache"),
+                       ("loop", "when a reply stops in a loop")):
+        # (A reply stored before specchat kept a condition is compared without it.)
+        if record.conditions is not None and key in record.conditions and record.conditions[key] != now[key]:
             changed.append(label)
     if changed:
         return (f"the profile changed {' and '.join(changed)} since this reply: the arms would not decode alike —"

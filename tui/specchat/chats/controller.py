@@ -30,7 +30,7 @@ from .ab import ABResult, Comparison, conditions_of, refusal
 from .advice import Advice, advice
 from .choice import Choice, one_step
 from .export import export
-from .records import INSPECTOR_TOP, INTERRUPTED, ReplyRecord
+from .records import INSPECTOR_TOP, INTERRUPTED, ReplyRecord, UserTurn
 from .session import ChatSession, Problem
 from .store import Store
 
@@ -125,6 +125,7 @@ class ChatController:
         self.cancel = threading.Event()
         self.closed = False
         self._quit_record: ReplyRecord | None = None
+        self._began: tuple[int, bool] | None = None  # where the last exchange's turns start; whether it typed one
         self._shown_notes: set[str] = set()
 
     # -- profiles and backends -------------------------------------------------------------------------------------
@@ -248,26 +249,81 @@ class ChatController:
 
     def begin(self, text: str) -> Exchange:
         """The user's message and its empty reply join the chat; the exchange to run on the engine thread."""
+        self._sendable()
+        return self._ask(text)
+
+    def regenerate(self) -> Exchange:
+        """The last question again; the reply it had is kept as a branch ("‹ 1/2 ›")."""
+        exchange = self.session.last_exchange()
+        if exchange is None:
+            raise Refused("nothing to answer again yet — ask something first")
+        self._sendable()  # before anything changes
+        index, text = exchange
+        self.session.branch(index + 1)
+        self._began = (index + 1, False)
+        return self._exchange(index, text)
+
+    def edit(self, index: int, text: str) -> Exchange:
+        """``text`` sent in place of the user's message at turn ``index``: the chat from there on is kept as a
+        branch. The backend's caches are reused up to the edited message (only what follows is decoded)."""
+        turns = self.session.turns
+        if not (0 <= index < len(turns) and isinstance(turns[index], UserTurn)):
+            raise Refused("only a message you wrote can be edited — pick one of yours")
+        if not text.strip():
+            raise Refused("the edited message is empty — type something to send, or delete the message instead")
+        self._sendable()
+        self.session.branch(index)
+        return self._ask(text)
+
+    def _sendable(self) -> None:
         if self.backend is None:
             raise Refused(self.why_not_send() or "")
-        backend = self.backend
-        history = self.session.engine_messages(backend.target_id)
+
+    def _ask(self, text: str) -> Exchange:
+        index = len(self.session.turns)
         text = self.session.add_user(text).text
+        self._began = (index, True)
+        return self._exchange(index, text)
+
+    def _exchange(self, upto: int, text: str) -> Exchange:
+        """The exchange for ``text`` after the first ``upto`` turns, its empty reply added to the chat."""
+        backend = self.backend
+        history = self.session.engine_messages(backend.target_id, upto=upto)
         record = self.session.add_reply(backend.target_id)
         record.conditions = conditions_of(backend.config)
         self.cancel = threading.Event()
         return Exchange(backend, history, text, self.max_tokens, self.cancel)
 
-    def regenerate(self) -> Exchange:
-        """The last question again, in place of its reply."""
-        exchange = self.session.last_exchange()
-        if exchange is None:
-            raise Refused("nothing to answer again yet — ask something first")
-        if self.backend is None:  # before anything is dropped
-            raise Refused(self.why_not_send() or "")
-        index, text = exchange
-        self.session.drop_from(index)
-        return self.begin(text)
+    # -- branches, forks, deletion, titles (never while a reply streams: the front ends are idle then) -------------
+
+    def show_alternative(self, index: int, step: int) -> tuple[int, int]:
+        """The previous (-1) or next (1) alternative at turn ``index``; returns which is shown now, of how many."""
+        where = self.session.alternatives(index)
+        if where is None:
+            raise Refused("this message has no other version — edit it, or regenerate its reply, to make one")
+        shown, count = where
+        wanted = shown - 1 + step
+        if not 0 <= wanted < count:
+            raise Refused(f"this is version {shown} of {count}: there is none {'before' if step < 0 else 'after'} it")
+        self.session.show_alternative(index, wanted)
+        return wanted + 1, count
+
+    def delete_from(self, index: int) -> None:
+        if not 0 <= index < len(self.session.turns):
+            raise Refused(f"no message {index + 1} in this chat — it has {len(self.session.turns)}")
+        self.session.delete_from(index)
+
+    def fork(self, index: int) -> None:
+        """A new chat holding this one up to turn ``index`` (this one stays as it is)."""
+        if not 0 <= index < len(self.session.turns):
+            raise Refused(f"no message {index + 1} in this chat — it has {len(self.session.turns)}")
+        self.session.fork(index)
+        self.telemetry.reset_chat()
+
+    def rename(self, title: str) -> None:
+        if not title.strip():
+            raise Refused("a chat's title cannot be empty — type one")
+        self.session.rename(title)
 
     def absorb(self, events: list[Event]) -> ReplyFinished | None:
         """Events the engine thread produced, into the telemetry and the reply's record (saved as it changes)."""
@@ -284,12 +340,14 @@ class ChatController:
 
     def failed(self, failure: Failure) -> str | None:
         """A reply that stopped with an error. Refused before it began (e.g. larger than the context), the exchange
-        leaves no trace and its text is returned, to go back into the prompt; else the partial reply stays, marked."""
+        leaves no trace — an edit or a regeneration shows what was there before — and the text typed for it is
+        returned, to go back into the prompt; else the partial reply stays, marked."""
         record = self.session.last_reply
-        exchange = self.session.last_exchange()
-        if not failure.started and record is not None and exchange is not None:
-            self.session.drop_from(exchange[0])
-            return exchange[1]
+        if not failure.started and self._began is not None:
+            position, typed = self._began
+            turn = self.session.turns[position] if position < len(self.session.turns) else None
+            self.session.delete_from(position)
+            return turn.text if typed and isinstance(turn, UserTurn) else None
         if record is not None and record.streaming:
             record.finish_reason = "error"
             self.session.changed(record)

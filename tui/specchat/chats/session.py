@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from ..engine.conversation import Message
 from ..text import valid_text
+from .branches import Branches
 from .records import INTERRUPTED, ReplyRecord, Turn, UserTurn
 from .store import Store, StoredMessage, StoreError
 from .trace import rows_of
@@ -32,8 +33,10 @@ class ChatSession:
         self.profile = profile
         self.system_prompt = system_prompt
         self.turns: list[Turn] = []
+        self.branches = Branches(self.turns)  # the answers and edits kept but not shown
         self._saved = 0  # turns[:_saved] are stored as they are now
         self._meta_saved = True
+        self._branches_saved = True
         self._last_save = 0.0
         self._failing = False
 
@@ -82,9 +85,43 @@ class ChatSession:
         if not record.streaming or time.monotonic() - self._last_save >= SAVE_EVERY_S:
             self.save()
 
-    def drop_from(self, index: int) -> None:
-        del self.turns[index:]
+    def alternatives(self, index: int) -> tuple[int, int] | None:
+        """Which of the alternatives at turn ``index`` is shown (from 1) and how many there are; None: only one."""
+        return self.branches.at(index)
+
+    def branch(self, index: int) -> None:
+        """Keep the chat from turn ``index`` on as a branch; what is added next is the alternative shown there.
+        (Saved with that addition: nothing of it is lost meanwhile, the turns shown are still stored.)"""
+        self.branches.branch(index)
         self._saved = min(self._saved, index)
+        self._branches_saved = False
+
+    def show_alternative(self, index: int, alternative: int) -> None:
+        """Show alternative ``alternative`` (from 0) of the fork at turn ``index``."""
+        self.branches.show(index, alternative)
+        self._saved = min(self._saved, index)
+        self._branches_saved = False
+        self.save()
+
+    def delete_from(self, index: int) -> None:
+        """Delete turn ``index`` and what follows (where the chat forks there, another alternative is shown)."""
+        forked = self.alternatives(index) is not None or any(p > index for p in self.branches.forks)
+        self.branches.delete_from(index)
+        self._saved = min(self._saved, index)
+        self._branches_saved = self._branches_saved and not forked
+        self.save()
+
+    def rename(self, title: str) -> None:
+        self.title = " ".join(title.split())
+        self._meta_saved = False
+        self.save()
+
+    def fork(self, index: int) -> None:
+        """Continue in a new chat holding copies of turns 0 … ``index`` (this chat is saved and left as it is)."""
+        self.save()
+        copies = [turn_of(_stored(t)) for t in self.turns[: index + 1]]
+        self.id, self.title = None, f"{self.title} (fork)".strip()
+        self._start(copies)
         self.save()
 
     def interrupt(self) -> None:
@@ -107,8 +144,15 @@ class ChatSession:
 
     def new(self, system_prompt: str | None) -> None:
         self.interrupt()
-        self.id, self.title, self.system_prompt, self.turns = None, "", system_prompt, []
-        self._saved, self._meta_saved = 0, True
+        self.id, self.title, self.system_prompt = None, "", system_prompt
+        self._start([])
+        self._meta_saved = True
+
+    def _start(self, turns: list[Turn]) -> None:
+        """Show ``turns``, none of them saved yet, with no branches."""
+        self.turns = turns
+        self.branches = Branches(turns)
+        self._saved, self._branches_saved = 0, True
 
     def open(self, conversation_id: int) -> None:
         """Load a stored chat (a reply stored while streaming is shown as interrupted)."""
@@ -118,7 +162,8 @@ class ChatSession:
         self.interrupt()
         self.id, self.title, self.profile = conversation.id, conversation.title, conversation.profile
         self.system_prompt = conversation.system_prompt
-        self.turns = [turn_of(m) for m in stored]
+        self._start([turn_of(m) for m in stored])
+        self.branches.load(self.store.branches(conversation_id), turn_of)
         self._saved, self._meta_saved = len(self.turns), True
 
     # -- saving ----------------------------------------------------------------------------------------------------
@@ -135,9 +180,11 @@ class ChatSession:
                 self.store.update(self.id, title=self.title, profile=self.profile, system_prompt=self.system_prompt)
                 self._meta_saved = True
             start = self._saved
-            self.store.replace_tail(self.id, start, [_stored(t) for t in self.turns[start:]])
+            self.store.replace_tail(self.id, start, [_stored(t) for t in self.turns[start:]],
+                                    None if self._branches_saved else self.branches.rows(_stored))
             streaming = self.last_reply is not None and self.last_reply.streaming
             self._saved = len(self.turns) - streaming
+            self._branches_saved = True
         except (sqlite3.Error, StoreError, OSError) as exc:
             if not self._failing:
                 self._failing = True

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import SpecchatError, one_line
+from .search import TOKENIZER, Hit, fts_query, indexed_text
 from .trace import packed, unpacked
 
 Segment = tuple[str, str]  # (text, kind) where kind is a TokenKind value
+BranchRow = tuple[int, int, bytes]  # (position, ordinal, tail): a branch not shown (chats/branches.py)
 BUSY_TIMEOUT_S = 5.0
 DIR_MODE, FILE_MODE = 0o700, 0o600
 T = TypeVar("T")
@@ -67,10 +69,30 @@ def _v3(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE messages ADD COLUMN trace BLOB")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
+def _v4(db: sqlite3.Connection) -> None:
+    # Search (chats/search.py): every message's text in an FTS5 index whose rowid is the message's id, written by
+    # ``replace_tail`` in the transaction that writes the message (an index over older chats is built here).
+    db.execute(f"CREATE VIRTUAL TABLE messages_fts USING fts5(text, tokenize='{TOKENIZER}')")
+    db.executemany("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
+                   [(row_id, indexed_text(content)) for row_id, content in db.execute("SELECT id, content FROM messages")])
+    # Branches (chats/branches.py): the answers and edits not shown, each the tail of the chat from the position where
+    # it differs from the one shown, with the branches inside it (JSON, compressed).
+    db.execute("""CREATE TABLE branches (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,  -- where the branch leaves the chat shown
+            ordinal INTEGER NOT NULL,   -- its place among the alternatives there (the one shown has the one left out)
+            tail BLOB NOT NULL,
+            UNIQUE (conversation_id, position, ordinal)
+        )""")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
 COLUMNS = {"conversations": ("id", "title", "profile", "system_prompt", "created", "updated"),
            "messages": ("id", "conversation_id", "position", "role", "content", "tokens", "segments", "ghosts",
-                        "finish_reason", "telemetry", "target_id", "trace", "created")}
+                        "finish_reason", "telemetry", "target_id", "trace", "created"),
+           "messages_fts": ("rowid", "text"),
+           "branches": ("id", "conversation_id", "position", "ordinal", "tail")}
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -243,29 +265,59 @@ class Store:
     @_one_line_errors
     def delete(self, conversation_id: int) -> None:
         with self._transaction():
+            self.db.execute("DELETE FROM messages_fts WHERE rowid IN (SELECT id FROM messages WHERE conversation_id = ?)",
+                            (conversation_id,))
             self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
     # -- messages ----------------------------------------------------------------------------------------------------
 
     @_one_line_errors
-    def replace_tail(self, conversation_id: int, start: int, messages: Sequence[StoredMessage]) -> None:
-        """Make the messages from position ``start`` on exactly ``messages``, in one transaction.
+    def replace_tail(self, conversation_id: int, start: int, messages: Sequence[StoredMessage],
+                     branches: Sequence[BranchRow] | None = None) -> None:
+        """Make the messages from position ``start`` on exactly ``messages`` (and, when given, the chat's branches
+        exactly ``branches``), in one transaction.
 
         Writing a chat this way is idempotent: a write that failed (a full disk, a locked file) is simply repeated,
         with whatever changed since, once the database accepts writes again.
         """
         now = time.time()
         with self._transaction():
+            self.db.execute("DELETE FROM messages_fts WHERE rowid IN (SELECT id FROM messages WHERE conversation_id = ?"
+                            " AND position >= ?)", (conversation_id, start))
             self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, start))
-            self.db.executemany(
-                "INSERT INTO messages (conversation_id, position, role, content, tokens, segments, ghosts,"
-                " finish_reason, telemetry, target_id, trace, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(conversation_id, start + i, m.role, m.content, _json(m.tokens), _json(m.segments),
-                  _json(m.ghosts or None), m.finish_reason, _json(m.telemetry), m.target_id,
-                  packed(m.trace) if m.trace else None, now)
-                 for i, m in enumerate(messages)],
-            )
+            for i, m in enumerate(messages):
+                cursor = self.db.execute(
+                    "INSERT INTO messages (conversation_id, position, role, content, tokens, segments, ghosts,"
+                    " finish_reason, telemetry, target_id, trace, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (conversation_id, start + i, m.role, m.content, _json(m.tokens), _json(m.segments),
+                     _json(m.ghosts or None), m.finish_reason, _json(m.telemetry), m.target_id,
+                     packed(m.trace) if m.trace else None, now))
+                self.db.execute("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
+                                (cursor.lastrowid, indexed_text(m.content)))
+            if branches is not None:
+                self.db.execute("DELETE FROM branches WHERE conversation_id = ?", (conversation_id,))
+                self.db.executemany("INSERT INTO branches (conversation_id, position, ordinal, tail) VALUES (?, ?, ?, ?)",
+                                    [(conversation_id, *row) for row in branches])
             self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+
+    @_one_line_errors
+    def branches(self, conversation_id: int) -> list[BranchRow]:
+        """The chat's branches not shown: (position, ordinal, tail), as ``replace_tail`` wrote them."""
+        return [(position, ordinal, bytes(tail)) for position, ordinal, tail in self.db.execute(
+            "SELECT position, ordinal, tail FROM branches WHERE conversation_id = ? ORDER BY position, ordinal",
+            (conversation_id,))]
+
+    @_one_line_errors
+    def search(self, words: str, limit: int = 100) -> list[Hit]:
+        """Messages of every chat holding all of ``words`` (chats/search.py), the most recently used chats first."""
+        query = fts_query(words)
+        if query is None:
+            return []
+        rows = self.db.execute(
+            "SELECT m.conversation_id, c.title, m.position, m.role, m.content FROM messages_fts"
+            " JOIN messages m ON m.id = messages_fts.rowid JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE messages_fts MATCH ? ORDER BY c.updated DESC, c.id DESC, m.position LIMIT ?", (query, limit))
+        return [Hit(*row) for row in rows]
 
     @_one_line_errors
     def append(self, conversation_id: int, message: StoredMessage) -> None:

@@ -8,9 +8,10 @@ import sys
 
 from .. import __version__
 from ..errors import SpecchatError
-from . import ask, bench, chat, profiles, repl, replay, server
+from . import ask, bench, chat, chats, profiles, repl, replay, server
 
-COMMANDS = {"ask": ask, "chat": chat, "repl": repl, "replay": replay, "profiles": profiles, "bench": bench, "server": server}
+COMMANDS = {"ask": ask, "chat": chat, "repl": repl, "replay": replay, "chats": chats, "profiles": profiles, "bench": bench,
+            "server": server}
 DEFAULT_COMMAND = "chat"
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 
 from ..errors import ConfigError
@@ -23,19 +22,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import paths
     from ..chats.replay import NO_TRACE, Replay, step_lines
     from ..chats.session import turn_of
-    from ..chats.store import Store, StoreError
+    from .chats import stored_chats
 
-    path = paths.chats_db()
-    if not path.exists():
-        raise ConfigError(f"no chats yet ({path} does not exist) — chat first: `specchat` or `specchat repl`")
-    try:
-        store = Store(path)
-    except (StoreError, sqlite3.Error) as exc:  # a damaged file: said in one line, and left as it is
-        raise ConfigError(f"cannot read the chat database {path}: {exc}") from None
-    try:
+    with stored_chats() as store:
         chats = store.conversations()
         if args.list:
             for chat in chats:
@@ -43,8 +34,6 @@ def run(args: argparse.Namespace) -> int:
             return 0
         chat = _chosen(chats, args.chat)
         replies = [m for m in store.messages(chat.id) if m.role == "assistant"]
-    finally:
-        store.close()
     if not replies:
         raise ConfigError(f"chat {chat.id} ({chat.title!r}) has no reply yet")
     n = args.reply or -1

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
+from .loops import LoopRule
 from .sampling import SamplingParams
 
 METHODS = ("none", "draft", "ngram", "mtp")
@@ -101,6 +102,7 @@ class EngineConfig:
     chat_template: str | None = None  # a Jinja file or one of llama.cpp's names; None: the GGUF's own
     backend: BackendSpec = BackendSpec()
     adapt_threads: bool = True  # fewer threads while other processes keep the cores busy (engine/cpu.py)
+    loop: LoopRule | None = None  # stop a reply that repeats itself (engine/loops.py); profiles turn it on
 
     def __post_init__(self) -> None:
         if self.n_ctx < 64:

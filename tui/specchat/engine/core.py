@@ -43,6 +43,7 @@ from .events import (
 from .llama import Context, DecodeInterrupted, Model, common_prefix
 from .loading import LoadedDraft, LoadedTarget, draft_identity, target_identity
 from .loop import Rules, StepOutcome, speculate
+from .loops import LoopWatch, loop_watch
 from .reference import PlainReference
 from .sampling import pick
 from .stats import ReplyStats, rate
@@ -62,8 +63,10 @@ class _Reply:
     started: float
     state: SpeculationState  # the speculation state the reply last announced
     rules: Rules  # the engine's, keeping ``top`` candidates per position when the reply was asked to
+    loop: LoopWatch | None  # the reply's tokens watched for a loop, when the configuration stops one
     tokens: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
+    looped: bool = False  # the last token shown completed a loop: the reply ends there
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
@@ -382,7 +385,7 @@ class Engine:
         self._index_anew_unless_grown(before)
         yield ReplyStarted(len(prompt), reused, len(prompt) - reused, cfg.n_ctx, state)
 
-        reply = _Reply(stats, started, state, replace(self.rules, top=top))
+        reply = _Reply(stats, started, state, replace(self.rules, top=top), loop_watch(cfg.loop))
         finish: str | None = None
         governor = self._governor
         if governor is not None:
@@ -417,7 +420,9 @@ class Engine:
                     k, choose = self._draft_length(limit)
                     outcome = speculate(self.ctx, self.tokens, self.drafter, k, reply.rules, choose)
                     yield from self._step_events(reply, outcome, step)
-                    if outcome.ends_reply:
+                    if reply.looped:
+                        finish = "loop"
+                    elif outcome.ends_reply:
                         finish = "stop"
                         stats.end_from_draft = outcome.token is None
                     elif governor is not None and governor.check():
@@ -461,12 +466,13 @@ class Engine:
         stats.record_step(outcome.drafted, outcome.n_accepted, outcome.ignored, outcome.withheld)
         rows, draft = outcome.rows, outcome.draft
         for i, token in enumerate(outcome.accepted):
-            yield self._emit(reply, token, TokenKind.ACCEPTED, step, self._judgement(rows, draft, i))
-        if outcome.rejected:
+            if not reply.looped:  # a loop completed midway ends the reply there (engine/loops.py)
+                yield self._emit(reply, token, TokenKind.ACCEPTED, step, self._judgement(rows, draft, i))
+        if outcome.rejected and not reply.looped:
             tail = outcome.rejected
             yield DraftRejected(tuple(tail), self.target.detokenize([t for t in tail if t < self.target.n_vocab]), step,
                                 tuple(self._text(t) for t in tail))
-        if outcome.token is not None and not self.target.is_eog(outcome.token):
+        if outcome.token is not None and not self.target.is_eog(outcome.token) and not reply.looped:
             yield self._emit(reply, outcome.token, outcome.kind, step, self._judgement(rows, draft, outcome.n_accepted))
         auto = self._auto
         if isinstance(auto, MatchHazards):
@@ -519,4 +525,7 @@ class Engine:
         self.chat.generated(token)
         elapsed = perf_counter() - reply.started
         stats.token_emitted(kind, step, elapsed)
+        if reply.loop is not None and reply.loop.add(token):
+            reply.looped = True
+            stats.loop_span, stats.loop_tokens = reply.loop.span, reply.loop.covered
         return TokenEmitted(token, text, kind, step, elapsed, judgement)

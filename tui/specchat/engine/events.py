@@ -9,7 +9,8 @@ then for each verify step, in this order:
 4. ``SpeculationChanged`` if the step switched speculation on or off, then ``StepVerified`` with the step's counts;
 5. ``ThreadsAdjusted`` when the engine changed how many threads decode the next steps (a busy machine);
 and finally ``ReplyFinished`` with the reply's telemetry. A rejected tail is therefore always shown between the
-accepted tokens of its step and the target's correction.
+accepted tokens of its step and the target's correction. A step whose tokens complete a loop (``loops``) ends the reply
+at that token: what followed it in the step is not shown, and its ``StepVerified`` still counts the whole verify.
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ class ThreadsAdjusted:
 @dataclass(frozen=True, slots=True)
 class ReplyFinished:
     text: str
-    finish_reason: str  # "stop", "length", "context_full", "cancelled" or "error"
+    # "stop", "length", "loop" (it repeated itself: engine/loops.py), "context_full", "cancelled" or "error"
+    finish_reason: str
     stats: ReplyStats
 
 

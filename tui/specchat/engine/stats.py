@@ -59,6 +59,8 @@ class ReplyStats:
     last_step: int = 0
     estimated: bool = False  # token counts estimated (tiktoken) from a server that streams text without ids
     server_tokens: int | None = None  # the server's own count of the reply's tokens, where it gives one
+    loop_span: int = 0  # a reply stopped in a loop (finish "loop"): the repeated span's length in tokens
+    loop_tokens: int = 0  # and the tokens its copies covered at the end
 
     def token_emitted(self, kind: str, step: int, elapsed: float) -> None:
         """One token shown, of ``step``, ``elapsed`` seconds after the reply was requested."""

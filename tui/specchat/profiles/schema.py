@@ -31,6 +31,7 @@ from ..engine.config import (
     SpecConfig,
     default_threads,
 )
+from ..engine.loops import LoopRule
 from ..engine.sampling import SamplingParams
 from ..errors import ConfigError, SpecchatError
 from . import models
@@ -125,6 +126,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "chat": {
         "system_prompt": Key(str, "", "a string"),
         "template": Key(str, None, "a Jinja file or one of llama.cpp's chat format names (e.g. \"chatml\")"),
+        "stop_on_loop": Key(bool, True, "true (stop a reply that repeats the same span: engine/loops.py) or false"),
+        "loop_repeats": Key(int, LoopRule.repeats, "an integer from 2 to 1,000", lambda v: 2 <= v <= 1000),
+        "loop_min_tokens": Key(int, LoopRule.min_tokens, "an integer from 2 to 100,000", lambda v: 2 <= v <= 100_000),
+        "loop_window": Key(int, LoopRule.window, "an integer from 2 to 100,000", lambda v: 2 <= v <= 100_000),
     },
 }
 
@@ -308,7 +313,7 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
         if not _fits(spec, value):
             raise ConfigError(f"{key} = {value!r} is impossible: expected {spec.expected}")
         values[section][key] = value
-    target, draft, sampling = values["target"], values["draft"], values["sampling"]
+    target, draft, sampling, chat = values["target"], values["draft"], values["sampling"], values["chat"]
     try:
         spec = SpecConfig(
             method=draft["method"],
@@ -349,6 +354,8 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
             chat_template=_template(values["chat"]["template"], base),
             backend=_backend(values["backend"], base),
             adapt_threads=target["adapt_threads"],
+            loop=LoopRule(chat["loop_repeats"], chat["loop_min_tokens"], chat["loop_window"]) if chat["stop_on_loop"]
+            else None,
         )
     except SpecchatError as exc:
         raise type(exc)(f"profile {profile.name}: {exc}") from None

@@ -22,6 +22,7 @@ from ..figures import DASH
 from ..profiles import available_profiles
 from ..profiles.favourites import favourite, load_favourites
 
+from . import chat_commands as editing
 from .shell import Interrupts
 
 if TYPE_CHECKING:
@@ -244,7 +245,17 @@ COMMANDS: dict[str, Command] = {
     "/open": Command("/open N", "open saved chat N", _open,
                      lambda repl: [str(c.id) for c in repl.session.store.conversations()] if repl.session.store else []),
     "/export": Command("/export [DIR]", "this chat as Markdown and JSON", _export),
-    "/retry": Command("/retry", "answer the last message again", _retry),
+    "/retry": Command("/retry", "answer the last message again (the reply before is kept as a version)", _retry),
+    "/messages": Command("/messages", "this chat's messages, numbered, with their versions ‹ k/n ›", editing.messages),
+    "/edit": Command("/edit [N]", "edit your message N (default: the last) and send it again; the old one is kept",
+                     editing.edit),
+    "/branch": Command("/branch N [prev|next]", "the version of message N shown: another edit, another answer",
+                       editing.branch),
+    "/fork": Command("/fork [N]", "a new chat with this one's messages 1 … N (default: all)", editing.fork),
+    "/delete": Command("/delete N", "delete message N and every message after it", editing.delete),
+    "/title": Command("/title [TEXT]", "this chat's title, or rename it", editing.title),
+    "/search": Command("/search WORDS", "the messages of every chat holding WORDS (accents and case aside)",
+                       editing.search),
     "/quit": Command("/quit", "leave (Ctrl+D too)", _quit),
 }
 

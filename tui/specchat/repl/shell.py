@@ -77,6 +77,7 @@ class Repl(ControllerViews):
         self.quitting = False
         self._advised: set[str] = set()  # profiles whose "slower than plain" advice was given
         self.unsent = ""  # a message refused before it began (too long for the context): the next prompt holds it
+        self.editing: int | None = None  # the message /edit put into the prompt: what is sent next replaces it
         self._memory_text, self._memory_at = DASH, -MEMORY_EVERY_S
         self.controller = ChatController(self._open_store(), settings.profile, self._problem,
                                          max_tokens=settings.max_tokens)
@@ -210,14 +211,17 @@ class Repl(ControllerViews):
                     text = valid_text(self.prompt.prompt("› ", default=self.unsent))  # slash commands' too
                     self.unsent = ""
                 except KeyboardInterrupt:
-                    self.unsent = ""
-                    continue  # Ctrl+C at the prompt clears the line
+                    self.unsent, self.editing = "", None
+                    continue  # Ctrl+C at the prompt clears the line (and leaves an edited message as it was)
                 except EOFError:
                     break  # Ctrl+D on an empty line
+                editing, self.editing = self.editing, None  # an edit emptied, or a command typed, ends it
                 if not text.strip():
                     continue
                 if text.startswith("/"):
                     run_command(self, text)
+                elif editing is not None:
+                    self.answer_or_say_why(text, editing)
                 else:
                     self.answer_or_say_why(text)
         finally:
@@ -236,13 +240,13 @@ class Repl(ControllerViews):
             self.close()
         return 0
 
-    def answer(self, text: str) -> None:
-        """Ask ``text``, print the reply as it streams, then its summary."""
-        self.run_exchange(self.controller.begin(text))
+    def answer(self, text: str, editing: int | None = None) -> None:
+        """Ask ``text`` (in place of message ``editing``), print the reply as it streams, then its summary."""
+        self.run_exchange(self.controller.begin(text) if editing is None else self.controller.edit(editing, text))
 
-    def answer_or_say_why(self, text: str) -> None:
+    def answer_or_say_why(self, text: str, editing: int | None = None) -> None:
         try:
-            self.answer(text)
+            self.answer(text, editing)
         except SpecchatError as exc:  # e.g. no model loaded after a failed switch: one line, the REPL goes on
             self._problem(str(exc), True)
 

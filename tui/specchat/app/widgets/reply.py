@@ -17,6 +17,7 @@ from textual.widgets import Collapsible, Markdown, Static
 
 from ...chats.records import ReplyRecord
 from ...colours import GHOST_STYLE, STYLES
+from ...figures import looped
 from .text_lines import TextLines
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -186,16 +187,41 @@ def answer_start(segments: list[tuple[str, str]]) -> tuple[int, bool]:
     return len(segments), False
 
 
+def code_blocks(text: str) -> list[str]:
+    """The fenced code blocks of a reply, in order, each without its fences."""
+    return CODE_BLOCK.findall(text)
+
+
+def versions_line(versions: tuple[int, int], keys: str) -> Text:
+    """ "‹ 2/3 ›" for a message with several versions (edits, answers), and the keys that move between them."""
+    shown, count = versions
+    return Text.assemble(("‹ ", "bold" if shown > 1 else "dim"), (f"{shown}/{count}", "bold"),
+                         (" ›", "bold" if shown < count else "dim"), (f"  {keys}", "dim"))
+
+
 class UserMessage(Static):
     def __init__(self, text: str) -> None:
         super().__init__(Text(text), classes="user-message")
         self.text = text
+        self.versions: Text | None = None
+        self._marked = (0, 0)
 
     def mark(self, start: int = 0, end: int = 0) -> None:
         """Underline ``text[start:end]`` (the text an n-gram draft copied); nothing when the range is empty."""
+        self._marked = (start, end)
+        self._draw()
+
+    def set_versions(self, versions: tuple[int, int], keys: str) -> None:
+        self.versions = versions_line(versions, keys)
+        self._draw()
+
+    def _draw(self) -> None:
         shown = Text(self.text)
+        start, end = self._marked
         if end > start:
             shown.stylize(COPIED, start, end)
+        if self.versions is not None:
+            shown.append("\n").append_text(self.versions)
         self.update(shown)
 
 
@@ -221,8 +247,11 @@ class ReplyView(Vertical):
         self._streamed = record.streaming  # seen streaming: its thinking box folds when it finishes
         self._ready = False
         self.marks: dict[int, str] = {}  # segment → an added style: the inspector's token, an n-gram draft's source
+        self._versions: Static | None = None  # "‹ 2/3 ›", mounted with the reply
 
     def compose(self) -> ComposeResult:
+        if self._versions is not None:
+            yield self._versions
         yield self.body
 
     def on_mount(self) -> None:
@@ -304,6 +333,9 @@ class ReplyView(Vertical):
             self.body.show(self.segments, self.ghosts, self.show_ghosts, first, len(self.segments),
                            streaming=streaming and first < len(self.segments), marks=self.marks)
         label = FINISH_LABELS.get(self.finish_reason or "")
+        if self.finish_reason == "loop":
+            stats = self.record.stats or {}
+            label = "↻ " + looped(stats.get("loop_span", 0), stats.get("loop_tokens", 0))
         if label and self.status_line is None:
             self.status_line = Static(classes="reply-status")
             self.mount(self.status_line)
@@ -311,5 +343,13 @@ class ReplyView(Vertical):
             self.status_line.update(Text(label or "", style="italic dim"))
             self.status_line.display = label is not None
 
+    def set_versions(self, versions: tuple[int, int], keys: str) -> None:
+        """A line above the reply: which of its versions (answers) this is."""
+        line = Static(versions_line(versions, keys), classes="versions")
+        if self._ready:
+            self.mount(line, before=self.body)
+        else:
+            self._versions = line
+
     def code_blocks(self) -> list[str]:
-        return CODE_BLOCK.findall(self.text)
+        return code_blocks(self.text)

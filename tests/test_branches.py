@@ -1,0 +1,247 @@
+"""Edit and branch, fork, delete, titles and search (issue "everyday chatting"), through the chat controller both
+front ends use, on the in-process and the llama-server backends, with real SQLite files: every change saved as it
+happens, an old database migrated in place, and ``specchat chats`` on a real database. (The app and the REPL:
+test_everyday_front_ends.py.)"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from backend_kinds import SYSTEM, ask, write_profile
+from specchat.chats.controller import ChatController
+from specchat.chats.search import fts_query, matches
+from specchat.chats.session import ChatSession
+from specchat.chats.store import MIGRATIONS, Store
+from specchat.engine import Message
+from specchat.engine.llama import common_prefix
+from specchat.errors import Refused
+
+from test_bad_input import cli
+
+pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
+KINDS = ("in-process", "managed")
+FIRST, SECOND = "Name two planets.", "Which one is larger?"
+EDITED = "Name two rivers."
+
+
+@pytest.fixture(params=KINDS)
+def kind(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def controller(kind, tmp_path, llama_server, servers):
+    profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
+    made = ChatController(Store(tmp_path / "chats.sqlite3"), str(profile), lambda line, error: None, max_tokens=32)
+    made.profile_switched(made.switch_profile(str(profile)))
+    yield made
+    made.close()
+    made.session.store.close()
+
+
+def reopened(controller) -> ChatSession:
+    """The chat as a new process would read it from the database file."""
+    store = Store(controller.session.store.path)
+    session = ChatSession(store, "", None, lambda line, error: None)
+    session.open(controller.session.id)
+    return session
+
+
+def texts(session) -> list[str]:
+    return [turn.text for turn in session.turns]
+
+
+def answer(controller, exchange):
+    events = []
+    assert exchange.run(events.append) is None
+    controller.absorb(events)
+    return controller.session.last_reply
+
+
+def test_regenerate_keeps_the_old_answer_as_a_version(controller, plain):
+    first = ask(controller, FIRST)
+    again = answer(controller, controller.regenerate())
+    session = controller.session
+    assert again is not first and again.text == first.text == plain.chat((FIRST,), max_tokens=32)[0][1]  # greedy: the same answer
+    assert session.alternatives(1) == (2, 2) and session.alternatives(0) is None
+    assert controller.show_alternative(1, -1) == (1, 2) and session.turns[1] is first
+    with pytest.raises(Refused, match="version 1 of 2: there is none before it"):
+        controller.show_alternative(1, -1)
+    assert reopened(controller).alternatives(1) == (1, 2)  # saved as it happened
+    assert texts(reopened(controller)) == [FIRST, first.text]
+
+
+def test_an_edit_keeps_the_old_branch_and_decodes_only_from_the_edit(controller, plain, kind):
+    ask(controller, FIRST)
+    second = ask(controller, SECOND)
+    before = texts(controller.session)
+    edited = answer(controller, controller.edit(0, EDITED))
+    session = controller.session
+    assert texts(session)[0] == EDITED and len(session.turns) == 2 and session.alternatives(0) == (2, 2)
+    ids, text = plain.chat((EDITED,), max_tokens=32)[0]
+    assert edited.tokens == ids and edited.text == text  # greedy exactness holds after an edit
+    # The prefill decoded only from the edit point: what both prompts share (the system prompt and the template's
+    # opening) was reused from the cache that held the whole old chat.
+    backend = controller.backend
+    vocab = plain._backends[2048, True].engine.target
+    old = vocab.tokenize(backend.render([Message("system", SYSTEM), Message("user", FIRST)]), add_special=True)
+    new = vocab.tokenize(backend.render([Message("system", SYSTEM), Message("user", EDITED)]), add_special=True)
+    shared = common_prefix(old, new)
+    assert edited.reused_tokens == shared and edited.stats["prefill_tokens"] == len(new) - shared
+    # Both branches are whole, in memory and in the file, and moving between them changes nothing else.
+    controller.show_alternative(0, -1)
+    assert texts(session) == before and session.turns[3] is second and texts(reopened(controller)) == before
+    controller.show_alternative(0, 1)
+    assert texts(reopened(controller)) == [EDITED, text]
+
+
+def test_versions_nest_and_survive_a_reopen(controller):
+    ask(controller, FIRST)
+    ask(controller, SECOND)
+    answer(controller, controller.regenerate())  # a version of reply 4, inside the first branch
+    answer(controller, controller.edit(2, "And the smaller?"))  # a version of message 3
+    session = controller.session
+    assert session.alternatives(2) == (2, 2) and session.alternatives(3) is None
+    controller.show_alternative(2, -1)
+    assert session.alternatives(3) == (2, 2)  # the nested versions came back with their branch
+    again = reopened(controller)
+    assert texts(again) == texts(session) and again.alternatives(2) == (1, 2) and again.alternatives(3) == (2, 2)
+
+
+def test_delete_fork_and_rename_are_saved_as_they_happen(controller):
+    ask(controller, FIRST)
+    ask(controller, SECOND)
+    answer(controller, controller.regenerate())
+    session = controller.session
+    assert session.title == FIRST  # named from the first message at once, no model call
+    controller.rename("  Planets   and sizes ")
+    assert reopened(controller).title == "Planets and sizes"
+    original = session.id
+    kept = texts(session)
+    controller.fork(1)
+    assert session.id != original and texts(session) == kept[:2] and session.title == "Planets and sizes (fork)"
+    assert texts(reopened(controller)) == kept[:2]
+    session.open(original)
+    assert texts(session) == kept and session.alternatives(3) == (2, 2)  # the forked chat is as it was
+    controller.delete_from(3)  # the shown answer goes; its other version is shown in its place
+    assert len(session.turns) == 4 and session.alternatives(3) is None
+    controller.delete_from(2)
+    assert texts(reopened(controller)) == kept[:2]
+    with pytest.raises(Refused, match="no message 9"):
+        controller.delete_from(8)
+
+
+def test_an_edit_refused_before_it_began_restores_what_was_there(controller):
+    ask(controller, FIRST)
+    before = texts(controller.session)
+    huge = "word " * 5000  # larger than the context: refused before anything is decoded
+    failure = controller.edit(0, huge).run(lambda event: None)
+    assert failure is not None and not failure.started
+    assert controller.failed(failure) == huge  # the edit goes back to the prompt
+    assert texts(controller.session) == before and controller.session.alternatives(0) is None
+    assert texts(reopened(controller)) == before
+
+
+# -- search --------------------------------------------------------------------------------------------------------
+
+
+def test_queries_and_highlights_on_worked_examples():
+    assert fts_query("decod") == '"decod"*'
+    assert fts_query("a-b: c*") == '"a" AND "b" AND "c"*'  # a user's punctuation is never FTS5 syntax
+    assert fts_query("一种猫") == '"一 种 猫"' and fts_query("?!") is None
+    text = "El Código de la decodificación"
+    assert [text[a:b] for a, b in matches(text, "codigo decod")] == ["Código", "decodificación"]
+    assert matches("cat catalogue", "cat") == [(0, 3), (4, 13)]  # the last word also as a prefix
+    assert matches("cat catalogue", "cat dog") == [(0, 3)]
+
+
+def _chat(store: Store, title: str, *messages: str) -> int:
+    session = ChatSession(store, "tiny", None, lambda line, error: None)
+    for i, text in enumerate(messages):
+        if i % 2 == 0:
+            session.add_user(text)
+        else:
+            record = session.add_reply("t")
+            record.segments, record.tokens, record.finish_reason = [(text, "target")], [1], "stop"
+            session.reply_changed(record)
+    session.rename(title)
+    return session.id
+
+
+def test_search_finds_words_across_chats_and_keeps_in_step_with_the_messages(tmp_path):
+    store = Store(tmp_path / "chats.sqlite3")
+    a = _chat(store, "Spanish", "¿Qué es el código?", "El código es un conjunto de instrucciones.")
+    b = _chat(store, "Cats", "写一首关于猫的诗", "猫是一种动物 🙂")
+    assert [(h.chat_id, h.position) for h in store.search("codigo")] == [(a, 0), (a, 1)]
+    assert [(h.chat_id, h.position) for h in store.search("猫")] == [(b, 0), (b, 1)]
+    assert [h.position for h in store.search("一种")] == [1] and store.search("instruc")[0].position == 1
+    session = ChatSession(store, "tiny", None, lambda line, error: None)
+    session.open(a)
+    session.delete_from(1)
+    assert [h.position for h in store.search("codigo")] == [0]  # a deleted message is no hit
+    store.delete(b)
+    assert store.search("猫") == [] and store.db.execute("SELECT count(*) FROM messages_fts").fetchone() == (1,)
+
+
+def test_an_old_database_migrates_in_place_and_its_chats_are_searchable(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    for migration in MIGRATIONS[:3]:  # the schema as specchat wrote it before search and branches
+        migration(db)
+    db.execute("PRAGMA user_version = 3")
+    db.execute("INSERT INTO conversations VALUES (1, 'old', 'tiny', NULL, 0, 0)")
+    db.execute("INSERT INTO messages (conversation_id, position, role, content, created) VALUES (1, 0, 'user',"
+               " 'Écris « été »', 0)")
+    db.close()
+    store = Store(path)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
+    assert [(h.chat_id, h.content) for h in store.search("ete")] == [(1, "Écris « été »")]
+    assert store.branches(1) == [] and [m.content for m in store.messages(1)] == ["Écris « été »"]
+
+
+# -- specchat chats ------------------------------------------------------------------------------------------------
+
+
+def test_the_chats_command_lists_searches_shows_and_exports(tmp_path):
+    from specchat import paths
+
+    store = Store(paths.chats_db())
+    a = _chat(store, "Spanish", "¿Qué es el código?", "El código es un conjunto de instrucciones.")
+    _chat(store, "Cats", "写一首关于猫的诗", "猫是一种动物 🙂")
+    store.close()
+    listed = cli("chats", "list")
+    assert listed.returncode == 0 and [line.split("\t")[0::3] for line in listed.stdout.splitlines()] == [
+        [str(a + 1), "Cats"], [str(a), "Spanish"]]
+    found = cli("chats", "search", "codigo")
+    assert found.returncode == 0 and found.stdout.splitlines() == [
+        f"{a}\tSpanish\tuser #1: ¿Qué es el código?", f"{a}\tSpanish\tassistant #2: El código es un conjunto de instrucciones."]
+    assert cli("chats", "search", "猫").stdout.count("\tCats\t") == 2
+    shown = cli("chats", "show", str(a))
+    assert shown.returncode == 0 and shown.stdout.startswith(f"# Spanish (chat {a}, profile tiny)")
+    assert "[2 assistant]\nEl código es un conjunto de instrucciones." in shown.stdout
+    exported = cli("chats", "export", str(a), str(tmp_path / "out"))
+    md, js = exported.stdout.splitlines()
+    assert exported.returncode == 0 and md.endswith(".md") and "El código" in open(md).read()
+    assert [m["content"] for m in json.load(open(js))["messages"]][0] == "¿Qué es el código?"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("chats", "show", "999"), "conversation 999 does not exist"),
+    (("chats", "search", "?!"), "'?!' holds no word to search for"),
+    (("chats", "search", "x", "--limit", "0"), "--limit must be ≥ 1"),
+])
+def test_the_chats_command_says_what_is_wrong_in_one_line(args, message):
+    from specchat import paths
+
+    Store(paths.chats_db()).close()
+    result = cli(*args)
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+
+
+def test_the_chats_command_without_a_database_says_so(tmp_path):
+    result = cli("chats", "list")
+    assert result.returncode == 2 and "no chats yet" in result.stderr and "Traceback" not in result.stderr
