@@ -27,7 +27,7 @@ from specchat.app.settings import Settings
 from specchat.app.widgets.reply import ReplyView
 from specchat.chats.store import Store, StoredMessage
 from specchat.colours import PROVENANCE
-from specchat.repl.commands import SlashCompleter
+from specchat.repl.commands import PromptCompleter
 from specchat.repl.shell import Repl, ReplSettings
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -140,7 +140,7 @@ def test_every_llama_cpp_call_runs_on_one_thread(repl_settings, monkeypatch):
 
 
 def test_slash_commands_complete_and_an_unknown_one_gets_a_did_you_mean(repl_settings):
-    completer = SlashCompleter.__new__(SlashCompleter)
+    completer = PromptCompleter.__new__(PromptCompleter)
     completer.repl = None
 
     def complete(text: str) -> list[str]:

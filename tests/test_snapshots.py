@@ -92,3 +92,53 @@ def test_help(snap_compare, tmp_path):
 
 def test_narrow_terminal(snap_compare, tmp_path):
     assert snap_compare(snapshot_app(tmp_path), terminal_size=NARROW, run_before=replay(finished=True))
+
+
+def versions_and_selection():
+    """The recorded reply, then the same question answered again (a second version), the first reply selected."""
+    prompt, events = load()
+
+    async def run_before(pilot) -> None:
+        app: SpecchatApp = pilot.app
+        session = app.conversation
+        session.add_user(prompt)
+        session.add_reply("").add(events)
+        session.branch(1)
+        session.add_reply("").add(events)
+        app.show_turns()
+        await pilot.pause()
+        await pilot.press("alt+up", "alt+up")
+        app.refresh_sidebar()
+        await pilot.pause()
+
+    return run_before
+
+
+def test_versions_of_a_reply(snap_compare, tmp_path):
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, run_before=versions_and_selection())
+
+
+async def searched(pilot) -> None:
+    from specchat.chats.session import ChatSession
+    from specchat.chats.store import Store
+
+    app: SpecchatApp = pilot.app
+    store = Store(pilot.app.settings.exports.parent / "search.sqlite3")
+    for title, messages in (("Decodificación", ("¿Cómo funciona la decodificación especulativa?",
+                                                "Un modelo pequeño propone el código y el grande lo verifica.")),
+                            ("Gatos", ("写一首关于猫的诗", "猫是一种动物。")),
+                            ("Código", ("Escribe código de ejemplo.", "```python\nprint('código')\n```"))):
+        session = ChatSession(store, "tiny", None, lambda line, error: None)
+        session.add_user(messages[0])
+        record = session.add_reply("")
+        record.segments, record.tokens, record.finish_reason = [(messages[1], "target")], [1], "stop"
+        session.reply_changed(record)
+    app.conversation.store = store
+    await pilot.press("ctrl+l")
+    await pilot.pause()
+    app.screen.query_one("#chat-search").value = "codigo"
+    await pilot.pause()
+
+
+def test_search_in_the_chat_list(snap_compare, tmp_path):
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, run_before=searched)

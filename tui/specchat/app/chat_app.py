@@ -375,6 +375,14 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
     def send(self, message: PromptInput.Submitted) -> None:
         self.submit(message.text)
 
+    @on(PromptInput.FilesFound)
+    def files_found(self, message: PromptInput.FilesFound) -> None:
+        if not message.found:
+            self.notify(f"{message.word}: no file starts so in {Path.cwd()}", severity="warning")
+            return
+        shown = " · ".join(message.found[:12]) + (" …" if len(message.found) > 12 else "")
+        self.notify(f"{message.word}… {shown}", timeout=8)
+
     @on(PromptInput.PasteRefused)
     def paste_refused(self, message: PromptInput.PasteRefused) -> None:
         self.notify(f"paste of {message.size:,} characters refused (limit {message.limit:,}) — attach less text",
@@ -388,8 +396,15 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
             self.notify(why, severity="warning")
             self.query_one(PromptInput).load_text(text)
             return
-        if not self.send_edit(text):
-            self.start_exchange(self.controller.begin(text))
+        if self.send_edit(text):
+            return
+        try:
+            exchange = self.controller.begin(text)
+        except SpecchatError as exc:  # refused before anything changed (a file that cannot be attached)
+            self.notify(str(exc), severity="warning", timeout=10)
+            self.query_one(PromptInput).load_text(text)
+            return
+        self.start_exchange(exchange)
 
     def why_busy(self) -> str | None:
         if self.busy is Activity.LOADING:

@@ -51,8 +51,8 @@ class ConversationsScreen(_Modal):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="conversations", classes="dialog"):
-            yield Label("Chats — type to search what was said · ↓ to the list: Enter opens · r renames · d deletes ·"
-                        " e exports · / searches again", id="chats-help")
+            yield Label("Chats — type to search what was said · ↓ the list: Enter opens, r rename, d delete,"
+                        " e export, / search", id="chats-help")
             yield Input(placeholder="search every chat (accents and case aside)…", id="chat-search")
             yield ChatOptions(id="chat-list")
             yield Input(placeholder="new title, then Enter", id="rename")
@@ -78,6 +78,8 @@ class ConversationsScreen(_Modal):
             return
         self.hits = self._stored(lambda: self.store.search(words, MAX_HITS)) or []
         for n, hit in enumerate(self.hits):
+            if n:
+                options.add_option(None)  # a rule between hits of two lines each
             options.add_option(Option(hit_line(hit, words), id=f"hit-{n}"))
         if not self.hits:
             options.add_option(Option(Text(f"no message holds {words!r}", style="dim"), id="none", disabled=True))

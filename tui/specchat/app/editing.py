@@ -105,13 +105,14 @@ class EditingActions:
         index, self.editing = self.editing, None
         if index is None:
             return False
-        self.status = ""
         try:
             exchange = self.controller.edit(index, text)
-        except SpecchatError as exc:
-            self.notify(str(exc), severity="warning")
+        except SpecchatError as exc:  # e.g. a file that cannot be attached: still an edit, to change
+            self.editing = index
+            self.notify(str(exc), severity="warning", timeout=10)
             self.query_one(PromptInput).load_text(text)
             return True
+        self.status = ""
         self.selected = None
         self.show_selection()
         self.start_exchange(exchange)

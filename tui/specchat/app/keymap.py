@@ -52,6 +52,7 @@ INPUT_BINDINGS = [
     Binding("alt+enter", "newline", "Newline", id="newline_alt", tooltip="Insert a line break", show=False),
     Binding("up", "history_previous", "Earlier prompt", id="history_previous", tooltip="Recall an earlier prompt (on the first line)", show=False),
     Binding("down", "history_next", "Later prompt", id="history_next", tooltip="Recall a later prompt (on the last line)", show=False),
+    Binding("tab", "complete", "Complete @file", id="complete_file", tooltip="Complete the @file before the cursor (a file to attach); elsewhere, the next widget", show=False),
 ]
 
 # The token inspector's keys (while it has the focus) and the replay screen's.

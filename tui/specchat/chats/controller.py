@@ -28,6 +28,7 @@ from ..telemetry.memory import peak_rss_bytes
 from ..engine.reference import PlainReference
 from .ab import ABResult, Comparison, conditions_of, refusal
 from .advice import Advice, advice
+from .attachments import expand
 from .choice import Choice, one_step
 from .export import export
 from .records import INSPECTOR_TOP, INTERRUPTED, ReplyRecord, UserTurn
@@ -248,9 +249,10 @@ class ChatController:
         return None if self.backend is not None else "no model is loaded — pick a profile (F2, /profile NAME)"
 
     def begin(self, text: str) -> Exchange:
-        """The user's message and its empty reply join the chat; the exchange to run on the engine thread."""
+        """The user's message (with the files it names as ``@path`` in it) and its empty reply join the chat; the
+        exchange to run on the engine thread. A file that cannot be attached is refused before anything changes."""
         self._sendable()
-        return self._ask(text)
+        return self._ask(expand(text, Path.cwd()))
 
     def regenerate(self) -> Exchange:
         """The last question again; the reply it had is kept as a branch ("‹ 1/2 ›")."""
@@ -272,6 +274,7 @@ class ChatController:
         if not text.strip():
             raise Refused("the edited message is empty — type something to send, or delete the message instead")
         self._sendable()
+        text = expand(text, Path.cwd())
         self.session.branch(index)
         return self._ask(text)
 

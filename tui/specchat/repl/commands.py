@@ -14,6 +14,7 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
 from .. import paths
+from ..chats.attachments import candidates
 from ..chats.choice import Choice
 from ..chats.records import UserTurn
 from ..chats.replay import NO_TRACE, Replay, step_lines, token_lines
@@ -274,12 +275,19 @@ def run_command(repl: Repl, line: str) -> None:
         repl.say(f"specchat: {one_line(exc)}", "class:warn")
 
 
-class SlashCompleter(Completer):
+class PromptCompleter(Completer):
+    """Completes slash commands and their arguments, and ``@path`` (a file to attach) anywhere in a message."""
+
     def __init__(self, repl: Repl) -> None:
         self.repl = repl
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
         text = document.text_before_cursor
+        word = text.rsplit(None, 1)[-1] if text and not text[-1].isspace() else ""
+        if word.startswith("@"):  # a file to attach (chats/attachments.py)
+            for path in candidates(word[1:], Path.cwd()):
+                yield Completion(path, -len(word) + 1, display_meta="folder" if path.endswith("/") else "file")
+            return
         if not text.startswith("/") or "\n" in text:
             return
         name, space, arg = text.partition(" ")

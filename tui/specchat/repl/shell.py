@@ -37,7 +37,7 @@ from ..chats.controller import ChatController, ControllerViews, Failure
 from ..chats.records import INTERRUPTED, ReplyRecord
 from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
 from ..engine import DraftRejected, ReplyFinished, TokenEmitted
-from ..errors import SpecchatError
+from ..errors import Refused, SpecchatError
 from ..figures import DASH, summary_line
 from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
 from ..text import valid_text
@@ -66,7 +66,7 @@ _DONE = object()
 class Repl(ControllerViews):
     def __init__(self, settings: ReplSettings, *, input: Input | None = None, output: Output | None = None,
                  text_out: TextIO | None = None, interactive: bool = True) -> None:
-        from .commands import SlashCompleter
+        from .commands import PromptCompleter
 
         self.settings = settings
         self.interactive = interactive
@@ -89,7 +89,7 @@ class Repl(ControllerViews):
                 private(settings.history_path, FILE_MODE)  # a prompt history is as private as the chats
             history = FileHistory(str(settings.history_path)) if settings.history_path else InMemoryHistory()
             self.prompt = PromptSession(history=history, input=input, output=self.output,
-                                        completer=SlashCompleter(self), complete_while_typing=True,
+                                        completer=PromptCompleter(self), complete_while_typing=True,
                                         key_bindings=self._keys(), vi_mode=settings.vi,
                                         color_depth=None if settings.color else ColorDepth.MONOCHROME,
                                         bottom_toolbar=None if settings.plain else self._toolbar)
@@ -247,6 +247,9 @@ class Repl(ControllerViews):
     def answer_or_say_why(self, text: str, editing: int | None = None) -> None:
         try:
             self.answer(text, editing)
+        except Refused as exc:  # refused before anything changed (a file that cannot be attached): kept to change
+            self.unsent, self.editing = text, editing
+            self._problem(str(exc), True)
         except SpecchatError as exc:  # e.g. no model loaded after a failed switch: one line, the REPL goes on
             self._problem(str(exc), True)
 

@@ -1,11 +1,16 @@
-"""The multi-line prompt: Enter sends, Ctrl+J (or Alt+Enter) inserts a newline, Up/Down recall earlier prompts."""
+"""The multi-line prompt: Enter sends, Ctrl+J (or Alt+Enter) inserts a newline, Up/Down recall earlier prompts, Tab
+completes an ``@file`` to attach."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
+from ...chats.attachments import candidates
 from ..keymap import INPUT_BINDINGS
 
 
@@ -16,6 +21,13 @@ class PromptInput(TextArea):
         def __init__(self, text: str) -> None:
             super().__init__()
             self.text = text
+
+    class FilesFound(Message):
+        """Tab found several files for the ``@word`` before the cursor (completed as far as they agree)."""
+
+        def __init__(self, word: str, found: list[str]) -> None:
+            super().__init__()
+            self.word, self.found = word, found
 
     class PasteRefused(Message):
         def __init__(self, size: int, limit: int) -> None:
@@ -37,6 +49,20 @@ class PromptInput(TextArea):
         self._recall = len(self.prompts)
         self.clear()
         self.post_message(self.Submitted(text))
+
+    def action_complete(self) -> None:
+        row, column = self.cursor_location
+        before = self.document.get_line(row)[:column]
+        word = before.rsplit(None, 1)[-1] if before and not before[-1].isspace() else ""
+        if not word.startswith("@"):
+            self.screen.focus_next()
+            return
+        found = candidates(word[1:], Path.cwd())
+        common = os.path.commonprefix(found) if found else ""
+        if len(common) > len(word) - 1:
+            self.insert(common[len(word) - 1:])
+        if len(found) != 1:
+            self.post_message(self.FilesFound(word, found))
 
     def action_newline(self) -> None:
         self.insert("\n")

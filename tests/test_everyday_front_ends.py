@@ -1,0 +1,178 @@
+"""Everyday chatting in both front ends, on the in-process and the llama-server backends: editing a message and
+moving between its versions, regenerating as a version, forking, deleting, renaming, searching every chat from the
+chat list, copying any code block — the app through Pilot, the REPL through its real prompt, the results read back
+from the SQLite file."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend_kinds import write_profile
+from specchat.app.chat_app import make_app
+from specchat.app.chat_list import HIT_STYLE, ConversationsScreen
+from specchat.app.screens import CodeBlockScreen, ConfirmScreen
+from specchat.app.widgets.prompt import PromptInput
+from specchat.app.widgets.reply import ReplyView, UserMessage
+from specchat.chats.records import ReplyRecord
+from specchat.chats.session import ChatSession
+from specchat.chats.store import Store
+from specchat.repl.shell import ReplSettings
+from test_app import SIZE, ask, plain_text, wait_until
+from test_repl import CTRL_D, run_repl
+
+pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
+KINDS = ("in-process", "managed")
+FIRST, SECOND, EDITED = "Name two planets.", "Which one is larger?", "Name two rivers."
+
+
+def stored(db, chat_id: int | None = None) -> ChatSession:
+    store = Store(db)
+    session = ChatSession(store, "", None, lambda line, error: None)
+    session.open(chat_id if chat_id is not None else store.conversations()[0].id)
+    return session
+
+
+def texts(session) -> list[str]:
+    return [turn.text for turn in session.turns]
+
+
+def shown_messages(app) -> list[str]:
+    return [view.text for view in app.query("UserMessage, ReplyView")]
+
+
+def versions_shown(app) -> list[str]:
+    """The "‹ k/n ›" line of every message on screen that has one."""
+    found = []
+    for view in app.query("UserMessage, ReplyView"):
+        if isinstance(view, UserMessage) and view.versions is not None:
+            found.append(view.versions.plain.split("  ")[0])
+        elif isinstance(view, ReplyView) and view.query(".versions"):
+            found.append(plain_text(view.query_one(".versions")).strip().split("  ")[0])
+    return found
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
+    settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
+    settings.max_tokens = 32
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        await ask(pilot, FIRST)
+        await ask(pilot, SECOND)
+        before = texts(app.conversation)
+        # alt+up twice selects the question before; alt+e puts it into the prompt, Esc leaves it as it was.
+        await pilot.press("alt+up", "alt+up", "alt+up")
+        assert app.selected == 1 and "selected" in list(app.query("UserMessage, ReplyView"))[1].classes
+        await pilot.press("alt+up", "alt+e")
+        prompt = app.query_one(PromptInput)
+        assert app.editing == 0 and prompt.text == FIRST
+        await pilot.press("escape")
+        assert app.editing is None and prompt.text == "" and texts(app.conversation) == before
+        await pilot.press("alt+e")
+        prompt.load_text(EDITED)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None and app.conversation.last_reply.finish_reason)
+        ids, text = plain.chat((EDITED,), max_tokens=32)[0]
+        assert texts(app.conversation) == [EDITED, text] and app.conversation.last_reply.tokens == ids
+        assert shown_messages(app) == [EDITED, text] and versions_shown(app) == ["‹ 2/2 ›"]
+        assert texts(stored(settings.db_path)) == [EDITED, text]
+        # alt+left shows the version before, with everything that followed it; alt+right comes back.
+        await pilot.press("alt+up", "alt+up", "alt+left")
+        assert shown_messages(app) == before and versions_shown(app) == ["‹ 1/2 ›"]
+        assert texts(stored(settings.db_path)) == before
+        await pilot.press("escape", "ctrl+r")  # regenerate: the old answer is kept as a version
+        await wait_until(pilot, lambda: app.busy is None and app.conversation.last_reply.finish_reason)
+        assert versions_shown(app) == ["‹ 1/2 ›", "‹ 2/2 ›"] and texts(app.conversation) == before
+        await pilot.press("alt+left")  # nothing selected: the last message that has versions
+        assert versions_shown(app) == ["‹ 1/2 ›", "‹ 1/2 ›"] and stored(settings.db_path).alternatives(3) == (1, 2)
+
+
+async def test_fork_delete_rename_and_search_in_the_app(tmp_path, settings):
+    settings.max_tokens = 24
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        await ask(pilot, "Écris une phrase avec « été ».")
+        await ask(pilot, "写一首关于猫的诗")
+        first_chat, before = app.conversation.id, texts(app.conversation)
+        await pilot.press("alt+up", "alt+up", "alt+f")  # fork at the second question
+        assert app.conversation.id != first_chat and texts(app.conversation) == before[:3]
+        assert shown_messages(app) == before[:3]
+        assert texts(stored(settings.db_path, first_chat)) == before  # the forked chat is as it was
+        await pilot.press("alt+up", "alt+up", "alt+d")  # delete from the first reply on: asked first
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert texts(app.conversation) == before[:3]
+        await pilot.press("alt+d", "y")
+        assert texts(app.conversation) == before[:1] and shown_messages(app) == before[:1]
+        assert texts(stored(settings.db_path, app.conversation.id)) == before[:1]
+        # The chat list: renaming the chat on screen renames its session too; search finds words in every chat.
+        await pilot.press("ctrl+l")
+        screen = app.screen
+        assert isinstance(screen, ConversationsScreen)
+        await pilot.press("down", "r")
+        screen.query_one("#rename").value = "Verano"
+        await pilot.press("enter")
+        assert app.conversation.title == "Verano" and stored(settings.db_path, app.conversation.id).title == "Verano"
+        await pilot.press("slash")
+        screen.query_one("#chat-search").value = "ete"
+        await pilot.pause()
+        hits = [hit for hit in screen.hits]
+        assert {(h.chat_id, h.position) for h in hits} >= {(first_chat, 0), (app.conversation.id, 0)}
+        options = screen.query_one("#chat-list")
+        prompts = [options.get_option_at_index(i).prompt for i in range(options.option_count)]
+        lit = {p.plain[s.start:s.end] for p in prompts for s in p.spans if str(s.style) == HIT_STYLE}
+        assert "été" in lit and {w.lower().replace("é", "e") for w in lit} == {"ete"}  # the hits lit, and only they
+        await pilot.press("down", "enter")
+        assert app.conversation.id == hits[0].chat_id and app.selected == hits[0].position
+        await pilot.press("ctrl+l")
+        app.screen.query_one("#chat-search").value = "猫"
+        await pilot.pause()
+        assert {h.chat_id for h in app.screen.hits} == {first_chat}
+        await pilot.press("escape")
+
+
+async def test_copying_any_code_block(settings):
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        record = ReplyRecord(segments=[("Two blocks:\n```python\nprint(1)\n```\nand\n```sh\necho two\nls\n```\n",
+                                        "target")], tokens=[1], finish_reason="stop")
+        app.conversation.add_user("code?")
+        app.conversation.turns.append(record)
+        app.conversation.add_user("and one more?")
+        app.conversation.turns.append(ReplyRecord(segments=[("```\nonly\n```", "target")], tokens=[1],
+                                                  finish_reason="stop"))
+        app.show_turns()
+        copied = []
+        app.copy_to_clipboard = copied.append
+        await pilot.press("ctrl+k")  # the last reply has one block: copied at once
+        assert copied == ["only\n"]
+        await pilot.press("alt+up", "alt+up", "alt+up", "ctrl+k")  # the first reply has two: picked from a list
+        assert isinstance(app.screen, CodeBlockScreen)
+        await pilot.press("down", "enter")
+        assert copied == ["only\n", "echo two\nls\n"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_edit_branch_fork_delete_title_and_search_in_the_repl(kind, tmp_path, user_cache, llama_server, servers):
+    profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
+    settings = ReplSettings(str(profile), db_path=tmp_path / "chats.sqlite3", history_path=tmp_path / "history",
+                            max_tokens=32, color=False)
+    repl, _, text = run_repl(settings, FIRST + "\r", SECOND + "\r", "/messages\r", "/edit 1\r",
+                             "\x15" + EDITED + "\r", "/branch 1\r", "/branch 1 prev\r", "/retry\r", "/branch 4 prev\r",
+                             "/title Planetas y ríos\r", "/fork 2\r", "/delete 2\r", "/search planets\r",
+                             "/edit 9\r", "/branch 1 sideways\r", CTRL_D)
+    assert "editing message 1" in text and "message 1: version 2 of 2" in text
+    assert "message 1: version 1 of 2" in text and "message 4: version 1 of 2" in text
+    assert "renamed: 'Planetas y ríos'" in text
+    assert "new chat 'Planetas y ríos (fork)' with messages 1 … 2" in text
+    assert "usage: /edit [N] — N from 1 to 1" in text and "usage: /branch N [prev|next]" in text
+    store = Store(settings.db_path)
+    chats = {c.title: c.id for c in store.conversations()}
+    original = stored(settings.db_path, chats["Planetas y ríos"])
+    assert texts(original)[0] == FIRST and original.alternatives(0) == (1, 2) and original.alternatives(3) == (1, 2)
+    assert texts(stored(settings.db_path, chats["Planetas y ríos (fork)"])) == [FIRST]  # its reply deleted
+    hits = [line for line in text.splitlines() if "#1 Name two planets" in line]
+    assert len(hits) >= 2  # both chats hold the question

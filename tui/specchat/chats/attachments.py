@@ -1,0 +1,84 @@
+"""A file in a message: ``@path`` (or ``@"a path with spaces"``) puts the file's text into the message as a fenced
+block named by its path, so the model — and the n-gram drafter — can copy from it.
+
+Only text files are attached, each at most ``MAX_BYTES``: a larger one, a binary one, or a path that names no file is
+refused in one line, and nothing is sent (the message stays in the prompt to be changed). A word such as ``@alice``
+that names no file and does not look like a path is left as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ..errors import Refused
+
+MAX_BYTES = 64 * 1024  # a message's attachment; the context (4,096 tokens by default) holds about 16 KB of text
+MENTION = re.compile(r'(?<!\S)@(?:"([^"]+)"|(\S+))')
+LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go", ".c": "c",
+             ".h": "c", ".cpp": "cpp", ".java": "java", ".rb": "ruby", ".sh": "sh", ".toml": "toml", ".json": "json",
+             ".yaml": "yaml", ".yml": "yaml", ".md": "markdown", ".html": "html", ".css": "css", ".sql": "sql"}
+
+
+def expand(text: str, base: Path) -> str:
+    """``text`` with each attached file's text after it, in the order mentioned (a file mentioned twice, once)."""
+    blocks: list[str] = []
+    seen: set[Path] = set()
+
+    def replace(match: re.Match) -> str:
+        quoted, bare = match.groups()
+        name = quoted or bare.rstrip(",;:!?)")
+        path = (base / Path(name).expanduser()).resolve()
+        if path.is_dir():
+            raise Refused(f"@{name} is a folder — attach the files in it one by one (@{name.rstrip('/')}/…)")
+        if not path.is_file():
+            if quoted or "/" in name or "." in name.strip("."):
+                raise Refused(f"@{name}: no such file (in {base.resolve()}) — give a path to a text file, or drop the @")
+            return match.group(0)  # "@alice": a mention, not a file
+        if path not in seen:
+            seen.add(path)
+            blocks.append(_block(name, path))
+        return f"`{name}`" + ("" if quoted else bare[len(name):])
+
+    body = MENTION.sub(replace, text)
+    return body if not blocks else body.rstrip() + "\n\n" + "\n\n".join(blocks)
+
+
+def _block(name: str, path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise Refused(f"@{name} is {size:,} bytes, more than the {MAX_BYTES:,} a message may attach — attach a part of"
+                      " it (a smaller file)")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise Refused(f"@{name}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError:
+        content = ""
+    if "\x00" in content or (data and not content):
+        raise Refused(f"@{name} is not a text file (binary) — only text files can be attached")
+    fence = "```"
+    while fence in content:
+        fence += "`"
+    language = LANGUAGES.get(path.suffix.lower(), "")
+    return f"File `{name}`:\n{fence}{language}\n{content.rstrip(chr(10))}\n{fence}"
+
+
+def candidates(word: str, base: Path, limit: int = 50) -> list[str]:
+    """Completions of ``@word``: the files and folders (with a "/") under ``base`` whose path starts with it."""
+    folder, _, stem = word.rpartition("/")
+    where = (base / Path(folder).expanduser()) if folder else base
+    try:
+        entries = sorted(os.scandir(where), key=lambda e: e.name)
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if entry.name.startswith(stem) and (stem.startswith(".") or not entry.name.startswith(".")):
+            found.append(f"{folder + '/' if folder else ''}{entry.name}{'/' if entry.is_dir() else ''}")
+            if len(found) >= limit:
+                break
+    return found
