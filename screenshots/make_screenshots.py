@@ -3,7 +3,7 @@
 
 The PNGs are drawn cell by cell from the SVG (``terminal_png``), so they look like the terminal.
 
-    pip install -e '.[screenshots]' && python screenshots/make_screenshots.py
+    pip install -e '.[screenshots]' && python screenshots/make_screenshots.py [everyday]
 """
 
 from __future__ import annotations
@@ -149,6 +149,37 @@ def repl() -> None:
             subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
 
+async def everyday() -> None:
+    """Edit a question and send it again (its versions), then search every chat from the chat list."""
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(db_path=Path(tmp) / "chats.sqlite3", keymap=Path("~/.config/specchat/keymap.toml"),
+                            exports=Path(tmp) / "exports", max_tokens=60)
+        app = make_app(settings)
+        async with app.run_test(size=(130, 40)) as pilot:
+            await until(pilot, lambda: app.backend is not None and app.busy is None)
+            for question in ("Write a haiku about tea.", "And one about coffee?"):
+                app.query_one(PromptInput).load_text(question)
+                await pilot.press("enter")
+                await until(pilot, lambda: app.busy is None and app.conversation.last_reply is not None
+                            and app.conversation.last_reply.finish_reason is not None)
+            await pilot.press("alt+up", "alt+up", "alt+up", "alt+up", "alt+e")
+            app.query_one(PromptInput).load_text("Write a haiku about the sea.")
+            await pilot.press("enter")
+            await until(pilot, lambda: app.busy is None and app.conversation.last_reply.finish_reason is not None)
+            await pilot.press("alt+up", "alt+up")
+            await pilot.pause(0.3)
+            save(app, "versions")
+            await pilot.press("escape", "ctrl+l")
+            await pilot.pause(0.2)
+            app.screen.query_one("#chat-search").value = "haiku"
+            await pilot.pause(0.3)
+            save(app, "search")
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
-    repl()
+    if sys.argv[1:] == ["everyday"]:  # only the screenshots of editing, versions and search
+        asyncio.run(everyday())
+    else:
+        asyncio.run(main())
+        repl()
+        asyncio.run(everyday())

@@ -186,6 +186,23 @@ def test_search_finds_words_across_chats_and_keeps_in_step_with_the_messages(tmp
     assert store.search("猫") == [] and store.db.execute("SELECT count(*) FROM messages_fts").fetchone() == (1,)
 
 
+def test_search_finds_the_versions_a_chat_keeps_unshown(tmp_path):
+    store = Store(tmp_path / "chats.sqlite3")
+    a = _chat(store, "Seas", "Write a haiku about tea.", "Leaves unfold in steam.")
+    session = ChatSession(store, "tiny", None, lambda line, error: None)
+    session.open(a)
+    session.branch(0)
+    session.add_user("Write a haiku about the sea.")
+    (version,) = store.search("tea")  # only in the version not shown now
+    assert (version.chat_id, version.position, version.ordinal, version.where) == (a, 0, 0, "a version of #1 not shown")
+    assert version.content == "Write a haiku about tea.\n\nLeaves unfold in steam."
+    assert [h.ordinal for h in store.search("haiku")] == [None, 0]  # the message shown first, then the version
+    session.show_alternative(0, 0)
+    assert [h.where for h in store.search("tea")] == ["user #1"] and store.search("sea")[0].ordinal == 1
+    store.delete(a)
+    assert store.search("haiku") == [] and store.db.execute("SELECT count(*) FROM branches_fts").fetchone() == (0,)
+
+
 def test_an_old_database_migrates_in_place_and_its_chats_are_searchable(tmp_path):
     path = tmp_path / "chats.sqlite3"
     db = sqlite3.connect(path, isolation_level=None)
@@ -217,7 +234,8 @@ def test_the_chats_command_lists_searches_shows_and_exports(tmp_path):
         [str(a + 1), "Cats"], [str(a), "Spanish"]]
     found = cli("chats", "search", "codigo")
     assert found.returncode == 0 and found.stdout.splitlines() == [
-        f"{a}\tSpanish\tuser #1: ¿Qué es el código?", f"{a}\tSpanish\tassistant #2: El código es un conjunto de instrucciones."]
+        f"{a}\tSpanish\tuser #1: ¿Qué es el código?",
+        f"{a}\tSpanish\tassistant #2: El código es un conjunto de instrucciones."]
     assert cli("chats", "search", "猫").stdout.count("\tCats\t") == 2
     shown = cli("chats", "show", str(a))
     assert shown.returncode == 0 and shown.stdout.startswith(f"# Spanish (chat {a}, profile tiny)")

@@ -86,6 +86,14 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         assert versions_shown(app) == ["‹ 1/2 ›", "‹ 2/2 ›"] and texts(app.conversation) == before
         await pilot.press("alt+left")  # nothing selected: the last message that has versions
         assert versions_shown(app) == ["‹ 1/2 ›", "‹ 1/2 ›"] and stored(settings.db_path).alternatives(3) == (1, 2)
+        # The search finds the edited question only in the version not shown; Enter shows that version.
+        await pilot.press("ctrl+l")
+        app.screen.query_one("#chat-search").value = "rivers"
+        await pilot.pause()
+        (hit,) = app.screen.hits
+        assert hit.where == "a version of #1 not shown"
+        await pilot.press("down", "enter")
+        assert texts(app.conversation)[0] == EDITED and versions_shown(app) == ["‹ 2/2 ›"] and app.selected == 0
 
 
 async def test_fork_delete_rename_and_search_in_the_app(tmp_path, settings):
@@ -174,5 +182,28 @@ def test_edit_branch_fork_delete_title_and_search_in_the_repl(kind, tmp_path, us
     original = stored(settings.db_path, chats["Planetas y ríos"])
     assert texts(original)[0] == FIRST and original.alternatives(0) == (1, 2) and original.alternatives(3) == (1, 2)
     assert texts(stored(settings.db_path, chats["Planetas y ríos (fork)"])) == [FIRST]  # its reply deleted
-    hits = [line for line in text.splitlines() if "#1 Name two planets" in line]
+    hits = [line for line in text.splitlines() if "user #1: Name two planets" in line]
     assert len(hits) >= 2  # both chats hold the question
+
+
+async def test_any_span_of_a_reply_can_be_selected_and_copied(settings):
+    """A drag over a reply selects its text as drawn (Textual's text selection); Ctrl+C copies it."""
+    settings.max_tokens = 24
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        view = await ask(pilot, "Name two planets.")
+        body = view.body
+        first_line = body._lines[0].plain
+        await pilot.mouse_down(body, offset=(2, 0))
+        await pilot.hover(body, offset=(9, 0))
+        await pilot.mouse_up(body, offset=(9, 0))
+        await pilot.pause()
+        assert app.screen.get_selected_text() == first_line[2:10]  # (the cell under the pointer included)
+        selected = app.screen.get_component_rich_style("screen--selection").bgcolor
+        lit = "".join(s.text for s in body.render_line(0) if s.style is not None and s.style.bgcolor == selected)
+        assert lit == first_line[2:10]  # drawn as selected
+        copied = []
+        app.copy_to_clipboard = copied.append
+        await pilot.press("ctrl+c")
+        assert copied == [first_line[2:10]]

@@ -66,9 +66,10 @@ def test_a_documented_command_runs(command, tmp_path, user_cache, llama_server):
         env["HOME"] = str(tmp_path / "home")
     if "--max-tokens" not in argv and argv[1] == "ask":
         argv += ["--max-tokens", "24"]
-    if argv[1] == "replay":  # it replays a stored reply: one chat first, as a user has
+    if argv[1] in ("replay", "chats"):  # they read stored chats: one chat first, as a user has (what the search finds)
         chatted = subprocess.run([sys.executable, "-m", "specchat", "repl", "--max-tokens", "24"], capture_output=True,
-                                 text=True, env=env, timeout=900, input=PROMPT + "\n")
+                                 text=True, env=env, timeout=900,
+                                 input=PROMPT + "\n¿Qué es el código de decodificación?\n")
         assert chatted.returncode == 0, chatted.stderr
     result = subprocess.run([sys.executable, "-m", "specchat", *argv[1:]], capture_output=True, text=True, env=env,
                             timeout=900, input=PROMPT + "\n")  # what `ask` or `repl` without a prompt answers

@@ -625,12 +625,18 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
         else:
             self.conversation.store.rename(chat_id, title)
 
-    def _conversation_chosen(self, choice: tuple[str, int, int | None] | None) -> None:
+    def _conversation_chosen(self, choice: tuple[str, int, int | None, int | None] | None) -> None:
         if choice is None or self.busy is not None:
             return
-        action, conversation_id, position = choice
+        action, conversation_id, position, version = choice
         if action == "open":
             self.open_conversation(conversation_id)
+            if version is not None and self.conversation.id == conversation_id:
+                try:
+                    self.controller.show_version(position, version)  # the search found it in a version not shown
+                except SpecchatError as exc:
+                    self.notify(str(exc), severity="warning")
+                self.show_turns()
             if position is not None and position < len(self.conversation.turns):
                 self.selected = position  # the message the search found
                 self.show_selection()

@@ -39,7 +39,8 @@ class ChatOptions(OptionList):
 
 
 class ConversationsScreen(_Modal):
-    """Dismissed with ("open", chat id, message position or None) or ("export", chat id, None)."""
+    """Dismissed with ("open", chat id, message position or None, version or None) or ("export", chat id, None,
+    None)."""
 
     BINDINGS = CLOSE + [Binding("down", "to_list", "To the list", id="chat_list_down", show=False,
                                 tooltip="From the search field to the chats (or hits) below it")]
@@ -109,17 +110,17 @@ class ConversationsScreen(_Modal):
             options.highlighted = options.highlighted or 0
             options.focus()
 
-    def _highlighted(self) -> tuple[int, int | None] | None:
-        """The highlighted chat's id and, for a hit, the message's position in it."""
+    def _highlighted(self) -> tuple[int, int | None, int | None] | None:
+        """The highlighted chat's id and, for a hit, the message's position in it and the version it is in."""
         options = self.query_one("#chat-list", OptionList)
         if options.highlighted is None:
             return None
         key = options.get_option_at_index(options.highlighted).id or ""
         if key.startswith("chat-"):
-            return int(key.removeprefix("chat-")), None
+            return int(key.removeprefix("chat-")), None, None
         if key.startswith("hit-"):
             hit = self.hits[int(key.removeprefix("hit-"))]
-            return hit.chat_id, hit.position
+            return hit.chat_id, hit.position, hit.ordinal
         return None
 
     @on(OptionList.OptionSelected)
@@ -158,13 +159,13 @@ class ConversationsScreen(_Modal):
     def action_export(self) -> None:
         chosen = self._highlighted()
         if chosen is not None:
-            self.dismiss(("export", chosen[0], None))
+            self.dismiss(("export", chosen[0], None, None))
 
 
 def hit_line(hit: Hit, words: str) -> Text:
     """A hit as one option: its chat's title, the message's number and role, its text around the match, highlighted."""
     excerpt, spans = hit.excerpt(words, 90)
-    text = Text.assemble((hit.title or "(untitled)", "bold"), (f"  #{hit.position + 1} {hit.role}\n", "dim"))
+    text = Text.assemble((hit.title or "(untitled)", "bold"), (f"  {hit.where}\n", "dim"))
     start = len(text)
     text.append(excerpt)
     for a, b in spans:

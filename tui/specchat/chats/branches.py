@@ -102,7 +102,8 @@ class Branches:
 
     def rows(self, stored) -> list[BranchRow]:
         """Every alternative not shown, as store rows; ``stored`` makes a turn a StoredMessage."""
-        return [(position, ordinal, zlib.compress(json.dumps(_tail_json(tail, stored)).encode()))
+        return [BranchRow(position, ordinal, zlib.compress(json.dumps(_tail_json(tail, stored)).encode()),
+                          "\n\n".join(_texts(tail)))
                 for position, fork in sorted(self.forks.items())
                 for ordinal, tail in enumerate(fork.alternatives) if tail is not None]
 
@@ -110,9 +111,10 @@ class Branches:
         """The forks the store kept (``turn_of`` makes a StoredMessage a turn). A damaged row is left out: its
         branch is lost, the chat shown and every other branch are not."""
         by_position: dict[int, dict[int, Tail]] = {}
-        for position, ordinal, blob in rows:
+        for row in rows:
+            position, ordinal = row.position, row.ordinal
             try:
-                tail = _tail_of(json.loads(zlib.decompress(blob)), turn_of)
+                tail = _tail_of(json.loads(zlib.decompress(row.tail)), turn_of)
             except (ValueError, TypeError, KeyError, zlib.error):
                 continue
             if 0 <= position <= len(self.turns):
@@ -123,6 +125,16 @@ class Branches:
             shown = next((i for i in range(count) if i not in tails), count - 1)
             ordered = [tails[k] for k in sorted(tails)]
             self.forks[position] = Fork(ordered[:shown] + [None] + ordered[shown:])
+
+
+def _texts(tail: Tail) -> list[str]:
+    """The text of every message in ``tail`` and in the branches inside it."""
+    texts = [turn.text for turn in tail.turns]
+    for fork in tail.forks.values():
+        for alternative in fork.alternatives:
+            if alternative is not None:
+                texts += _texts(alternative)
+    return texts
 
 
 def _message_json(message: StoredMessage) -> dict:

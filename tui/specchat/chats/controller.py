@@ -308,8 +308,15 @@ class ChatController:
         wanted = shown - 1 + step
         if not 0 <= wanted < count:
             raise Refused(f"this is version {shown} of {count}: there is none {'before' if step < 0 else 'after'} it")
-        self.session.show_alternative(index, wanted)
-        return wanted + 1, count
+        return self.show_version(index, wanted)
+
+    def show_version(self, index: int, version: int) -> tuple[int, int]:
+        """Version ``version`` (from 0) of the message at turn ``index`` (a search found it there)."""
+        where = self.session.alternatives(index)
+        if where is None or not 0 <= version < where[1]:
+            raise Refused(f"message {index + 1} has no version {version + 1}")
+        self.session.show_alternative(index, version)
+        return version + 1, where[1]
 
     def delete_from(self, index: int) -> None:
         if not 0 <= index < len(self.session.turns):

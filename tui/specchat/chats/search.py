@@ -47,13 +47,22 @@ def _folded(text: str) -> str:
 
 @dataclass(frozen=True)
 class Hit:
-    """A message that matched: its chat, its place in the chat, its text."""
+    """A message that matched — its chat, its place in the chat, its text — or a version the chat keeps unshown
+    (``role`` "version", ``ordinal`` its place among the versions at ``position``, ``content`` its messages' text)."""
 
     chat_id: int
     title: str
     position: int
     role: str
     content: str
+    ordinal: int | None = None
+
+    @property
+    def where(self) -> str:
+        """Where in its chat: "user #1", "assistant #2", or "a version of #3 not shown"."""
+        if self.ordinal is not None:
+            return f"a version of #{self.position + 1} not shown"
+        return f"{self.role} #{self.position + 1}"
 
     def excerpt(self, words: str, width: int = 100) -> tuple[str, list[tuple[int, int]]]:
         """The part of the message around its first match, on one line, and where the matched words are in it."""

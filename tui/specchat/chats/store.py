@@ -23,7 +23,6 @@ from .search import TOKENIZER, Hit, fts_query, indexed_text
 from .trace import packed, unpacked
 
 Segment = tuple[str, str]  # (text, kind) where kind is a TokenKind value
-BranchRow = tuple[int, int, bytes]  # (position, ordinal, tail): a branch not shown (chats/branches.py)
 BUSY_TIMEOUT_S = 5.0
 DIR_MODE, FILE_MODE = 0o700, 0o600
 T = TypeVar("T")
@@ -76,7 +75,8 @@ def _v4(db: sqlite3.Connection) -> None:
     db.executemany("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
                    [(row_id, indexed_text(content)) for row_id, content in db.execute("SELECT id, content FROM messages")])
     # Branches (chats/branches.py): the answers and edits not shown, each the tail of the chat from the position where
-    # it differs from the one shown, with the branches inside it (JSON, compressed).
+    # it differs from the one shown, with the branches inside it (JSON, compressed); their text is searched too.
+    db.execute(f"CREATE VIRTUAL TABLE branches_fts USING fts5(text, original UNINDEXED, tokenize='{TOKENIZER}')")
     db.execute("""CREATE TABLE branches (
             id INTEGER PRIMARY KEY,
             conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
@@ -92,7 +92,8 @@ COLUMNS = {"conversations": ("id", "title", "profile", "system_prompt", "created
            "messages": ("id", "conversation_id", "position", "role", "content", "tokens", "segments", "ghosts",
                         "finish_reason", "telemetry", "target_id", "trace", "created"),
            "messages_fts": ("rowid", "text"),
-           "branches": ("id", "conversation_id", "position", "ordinal", "tail")}
+           "branches": ("id", "conversation_id", "position", "ordinal", "tail"),
+           "branches_fts": ("rowid", "text", "original")}
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -111,6 +112,16 @@ class StoredMessage:
     telemetry: dict | None = None
     target_id: str | None = None
     trace: list[str] = field(default_factory=list)  # a reply's events, as JSON lines (chats/trace.py)
+
+
+@dataclass(frozen=True)
+class BranchRow:
+    """A version of a chat's tail not shown (chats/branches.py), as stored."""
+
+    position: int  # where it leaves the chat shown
+    ordinal: int  # its place among the versions there
+    tail: bytes  # its messages and the branches inside them, compressed JSON
+    text: str = ""  # the text of every message in it, for search (not read back)
 
 
 @dataclass
@@ -267,6 +278,8 @@ class Store:
         with self._transaction():
             self.db.execute("DELETE FROM messages_fts WHERE rowid IN (SELECT id FROM messages WHERE conversation_id = ?)",
                             (conversation_id,))
+            self.db.execute("DELETE FROM branches_fts WHERE rowid IN (SELECT id FROM branches WHERE conversation_id = ?)",
+                            (conversation_id,))
             self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
     # -- messages ----------------------------------------------------------------------------------------------------
@@ -295,29 +308,41 @@ class Store:
                 self.db.execute("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
                                 (cursor.lastrowid, indexed_text(m.content)))
             if branches is not None:
+                self.db.execute("DELETE FROM branches_fts WHERE rowid IN (SELECT id FROM branches WHERE"
+                                " conversation_id = ?)", (conversation_id,))
                 self.db.execute("DELETE FROM branches WHERE conversation_id = ?", (conversation_id,))
-                self.db.executemany("INSERT INTO branches (conversation_id, position, ordinal, tail) VALUES (?, ?, ?, ?)",
-                                    [(conversation_id, *row) for row in branches])
+                for row in branches:
+                    cursor = self.db.execute("INSERT INTO branches (conversation_id, position, ordinal, tail) VALUES"
+                                             " (?, ?, ?, ?)", (conversation_id, row.position, row.ordinal, row.tail))
+                    self.db.execute("INSERT INTO branches_fts (rowid, text, original) VALUES (?, ?, ?)",
+                                    (cursor.lastrowid, indexed_text(row.text), row.text))
             self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
 
     @_one_line_errors
     def branches(self, conversation_id: int) -> list[BranchRow]:
-        """The chat's branches not shown: (position, ordinal, tail), as ``replace_tail`` wrote them."""
-        return [(position, ordinal, bytes(tail)) for position, ordinal, tail in self.db.execute(
+        """The chat's branches not shown, as ``replace_tail`` wrote them."""
+        return [BranchRow(position, ordinal, bytes(tail)) for position, ordinal, tail in self.db.execute(
             "SELECT position, ordinal, tail FROM branches WHERE conversation_id = ? ORDER BY position, ordinal",
             (conversation_id,))]
 
     @_one_line_errors
     def search(self, words: str, limit: int = 100) -> list[Hit]:
-        """Messages of every chat holding all of ``words`` (chats/search.py), the most recently used chats first."""
+        """Messages of every chat holding all of ``words`` (chats/search.py), the most recently used chats first; a
+        chat's messages shown before the versions it keeps unshown."""
         query = fts_query(words)
         if query is None:
             return []
         rows = self.db.execute(
-            "SELECT m.conversation_id, c.title, m.position, m.role, m.content FROM messages_fts"
-            " JOIN messages m ON m.id = messages_fts.rowid JOIN conversations c ON c.id = m.conversation_id"
-            " WHERE messages_fts MATCH ? ORDER BY c.updated DESC, c.id DESC, m.position LIMIT ?", (query, limit))
-        return [Hit(*row) for row in rows]
+            "SELECT * FROM (SELECT m.conversation_id, c.title, m.position, m.role, m.content, NULL AS ordinal,"
+            " c.updated AS updated FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
+            " JOIN conversations c ON c.id = m.conversation_id WHERE messages_fts MATCH ?1"
+            " UNION ALL SELECT b.conversation_id, c.title, b.position, 'version', branches_fts.original, b.ordinal,"
+            " c.updated FROM branches_fts JOIN branches b ON b.id = branches_fts.rowid"
+            " JOIN conversations c ON c.id = b.conversation_id WHERE branches_fts MATCH ?1)"
+            " ORDER BY updated DESC, conversation_id DESC, ordinal IS NOT NULL, position LIMIT ?2", (query, limit))
+        return [Hit(chat, title, position, role, content, ordinal) for chat, title, position, role, content, ordinal, _
+                in rows]
+
 
     @_one_line_errors
     def append(self, conversation_id: int, message: StoredMessage) -> None:

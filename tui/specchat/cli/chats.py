@@ -78,7 +78,7 @@ def _search(store, args) -> int:
         if bold:
             for a, b in reversed(spans):
                 excerpt = f"{excerpt[:a]}\x1b[1m{excerpt[a:b]}\x1b[0m{excerpt[b:]}"
-        print(f"{hit.chat_id}\t{hit.title}\t{hit.role} #{hit.position + 1}: {excerpt}")
+        print(f"{hit.chat_id}\t{hit.title}\t{hit.where}: {excerpt}")
     return 0
 
 

@@ -131,5 +131,5 @@ def search(repl: Repl, words: str) -> None:
     hits = store.search(words, 20)
     for hit in hits:
         excerpt, _ = hit.excerpt(words, 80)
-        repl.say(f"  {hit.chat_id:>4}  {hit.title[:30]:<30}  #{hit.position + 1} {excerpt}")
+        repl.say(f"  {hit.chat_id:>4}  {hit.title[:30]:<30}  {hit.where}: {excerpt}")
     repl.say(f"{len(hits)} hit{'s' * (len(hits) != 1)}" + (" — /open N opens chat N" if hits else ""), "class:dim")

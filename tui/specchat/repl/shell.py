@@ -197,8 +197,6 @@ class Repl(ControllerViews):
     # -- the loop --------------------------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from .commands import run_command
-
         assert self.prompt is not None
         if not self._start():
             return 2
@@ -215,30 +213,36 @@ class Repl(ControllerViews):
                     continue  # Ctrl+C at the prompt clears the line (and leaves an edited message as it was)
                 except EOFError:
                     break  # Ctrl+D on an empty line
-                editing, self.editing = self.editing, None  # an edit emptied, or a command typed, ends it
-                if not text.strip():
-                    continue
-                if text.startswith("/"):
-                    run_command(self, text)
-                elif editing is not None:
-                    self.answer_or_say_why(text, editing)
-                else:
-                    self.answer_or_say_why(text)
+                self._handle(text)
         finally:
             self.close()
         return 0
 
     def run_lines(self, lines: TextIO) -> int:
-        """Not a terminal (``echo hi | specchat repl``): answer each line, no toolbar, then exit."""
+        """Not a terminal (``echo hi | specchat repl``): answer each line (a slash command runs, as typed), no
+        toolbar, then exit."""
         if not self._start():
             return 2
         try:
             for line in lines:
-                if line.strip():
-                    self.answer_or_say_why(line.rstrip("\n"))
+                self._handle(line.rstrip("\n"))
+                if self.quitting:
+                    break
         finally:
             self.close()
         return 0
+
+    def _handle(self, text: str) -> None:
+        """A line read: a slash command, the text of the message /edit opened, or a message."""
+        from .commands import run_command
+
+        editing, self.editing = self.editing, None  # an edit emptied, or a command typed, ends it
+        if not text.strip():
+            return
+        if text.startswith("/"):
+            run_command(self, text)
+        else:
+            self.answer_or_say_why(text, editing)
 
     def answer(self, text: str, editing: int | None = None) -> None:
         """Ask ``text`` (in place of message ``editing``), print the reply as it streams, then its summary."""

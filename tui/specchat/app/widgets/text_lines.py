@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region
+from textual.selection import Selection
 from textual.strip import Strip
 
 
@@ -48,7 +49,8 @@ class TextLines:
                 run_start = None
 
     def _line_strip(self, index: int, width: int) -> Strip:
-        strip = self._strips.get(index)
+        selection = self.text_selection
+        strip = self._strips.get(index) if selection is None else None
         if strip is None:
             if self._line_style is None:
                 self._line_style = self.rich_style
@@ -57,6 +59,21 @@ class TextLines:
                 return Strip.blank(width, style)
             line = self._lines[index].copy()
             line.stylize_before(style)
-            strip = Strip(line.render(self.app.console), line.cell_len).crop_extend(0, width, style)
-            self._strips[index] = strip
+            span = selection.get_span(index) if selection is not None else None
+            if span is not None:  # the part of the line a mouse drag selected
+                start, end = span
+                line.stylize(self.screen.get_component_rich_style("screen--selection"), start,
+                             len(line) if end == -1 else end)
+            # Each cell knows its place in the text: what a drag selects, Ctrl+C copies (Textual's text selection).
+            strip = Strip(line.render(self.app.console), line.cell_len).crop_extend(0, width, style).apply_offsets(0, index)
+            if selection is None:
+                self._strips[index] = strip
         return strip
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        """The text a mouse drag selected, for Textual's copy (lines as shown: a wrapped line ends with a newline)."""
+        return selection.extract("\n".join(line.plain for line in self._lines).rstrip("\n")), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self._forget()
+        self.refresh()
