@@ -1,8 +1,9 @@
 """What watching a reply for a loop costs (engine/loops.py), against a plain decoding step measured in the same run.
 
-Each token a reply shows is added to a ``LoopWatch``: this times ``add`` over replies that never loop (the worst case:
-every span length is tried at every token) and a plain decoding step of the bundled target at the same moment, and
-prints their ratio — a fraction of each token's time, not a bare time, since this machine's speed moves.
+Each token a reply shows is added to a ``LoopWatch``: this times ``add`` over replies that never loop — ids spread over
+the vocabulary, and ids from a small alphabet (frequent tokens: the last token often matches one a span back, so the
+stretch itself is compared, the costly case) — and a plain decoding step of the bundled target at the same moment,
+and prints their ratio: a fraction of each token's time, not a bare time, since this machine's speed moves.
 
     python benchmarks/loop_watch_cost.py [--tokens 2000] [--rounds 5]
 """
@@ -47,14 +48,21 @@ def main() -> None:
     try:
         for round_ in range(args.rounds):  # alternated: a step, the watch, a step
             step = plain_step(engine)
-            cost = watch_cost([rng.randrange(49152) for _ in range(args.tokens)])
+            spread = watch_cost([rng.randrange(49152) for _ in range(args.tokens)])
+            frequent = watch_cost(_no_loop([rng.randrange(4) for _ in range(args.tokens)]))
             step = (step + plain_step(engine)) / 2
-            ratios.append(cost / step)
-            print(f"round {round_ + 1}: add {cost * 1e6:.1f} µs a token, a plain step {step * 1e3:.2f} ms:"
-                  f" {cost / step:.2%} of it")
+            ratios.append((spread / step, frequent / step))
+            print(f"round {round_ + 1}: add {spread * 1e6:.1f} µs a token (spread ids), {frequent * 1e6:.1f} µs"
+                  f" (4 ids); a plain step {step * 1e3:.2f} ms: {spread / step:.2%} and {frequent / step:.2%} of it")
     finally:
         engine.close()
-    print(f"median: watching for loops costs {statistics.median(ratios):.2%} of a plain decoding step")
+    print(f"median: watching for loops costs {statistics.median(r[0] for r in ratios):.2%} of a plain decoding step"
+          f" (spread ids), {statistics.median(r[1] for r in ratios):.2%} (4 ids)")
+
+
+def _no_loop(tokens: list[int]) -> list[int]:
+    """``tokens`` with a rising id every 40 (4 random ids make a 48-token loop now and then; this one never does)."""
+    return [t if i % 40 else 1000 + i for i, t in enumerate(tokens)]
 
 
 if __name__ == "__main__":

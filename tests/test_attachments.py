@@ -26,6 +26,7 @@ def files(tmp_path, monkeypatch):
     (tmp_path / "src" / "app.py").write_text("def f():\n    return 1\n")
     (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
     (tmp_path / "big.txt").write_text("x" * (MAX_BYTES + 1))
+    (tmp_path / "latin1.txt").write_bytes("Córdoba".encode("latin-1"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -38,12 +39,22 @@ def test_attachments_on_worked_examples(files):
         "File `my notes.md`:\n````markdown\nquoted ``` fence inside\n````\n\n"  # a longer fence than the text's
         f"File `notes.txt`:\n```\n{NOTES.rstrip()}\n```")  # mentioned twice, attached once
     assert expand("mail a@b.com", files) == "mail a@b.com"  # not a mention: no space before the @
+    assert expand("see @notes.txt. And (@src/app.py)", files).startswith("see `notes.txt`. And (`src/app.py`)\n\n")
+    # Code is left as it is: decorators, a mention quoted in code, and an attached file's own text when the message
+    # is edited and sent again.
+    code = "```python\n@app.route('/')\n@nope.txt\n```\nuse @pytest.mark.parametrize and `@x.py`"
+    assert expand(code, files) == code
+    once = expand("Fix @src/app.py", files)
+    assert expand(once, files) == once
     assert candidates("no", files) == ["notes.txt"] and candidates("s", files) == ["src/"]
     assert candidates("src/", files) == ["src/app.py"] and candidates("zzz", files) == []
 
 
 @pytest.mark.parametrize("text, message", [
-    ("see @image.png", "@image.png is not a text file (binary) — only text files can be attached"),
+    ("see @image.png", "@image.png is not UTF-8 text (a binary file, or another encoding)"),
+    ("see @latin1.txt", "@latin1.txt is not UTF-8 text"),
+    ("see @~nosuchuser-xyz/notes.txt", "@~nosuchuser-xyz/notes.txt: cannot be read as a path"),
+    ("see @" + "x" * 300 + ".txt", "cannot be read as a path"),
     ("see @big.txt", f"@big.txt is {MAX_BYTES + 1:,} bytes, more than the {MAX_BYTES:,} a message may attach"),
     ("see @missing.txt", "@missing.txt: no such file (in "),
     ("see @src", "@src is a folder"),
@@ -74,7 +85,7 @@ def test_attaching_and_completing_in_the_repl(files, user_cache):
     settings = ReplSettings("tiny", db_path=files / "chats.sqlite3", history_path=files / "history", max_tokens=8,
                             color=False)
     repl, _, text = run_repl(settings, "Summarise @image.png\r", "\x15Summarise @no", "\t", "\r", CTRL_D)
-    assert "specchat: @image.png is not a text file (binary)" in text
+    assert "specchat: @image.png is not UTF-8 text" in text
     (user, _reply) = repl.session.turns
     assert user.text.startswith("Summarise `notes.txt`\n\nFile `notes.txt`:")  # Tab completed the name
 

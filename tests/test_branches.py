@@ -134,15 +134,81 @@ def test_delete_fork_and_rename_are_saved_as_they_happen(controller):
         controller.delete_from(8)
 
 
+HUGE = "word " * 5000  # larger than the context: refused before anything is decoded
+
+
+def refused(controller, exchange) -> str | None:
+    failure = exchange.run(lambda event: None)
+    assert failure is not None and not failure.started
+    return controller.failed(failure)
+
+
 def test_an_edit_refused_before_it_began_restores_what_was_there(controller):
     ask(controller, FIRST)
     before = texts(controller.session)
-    huge = "word " * 5000  # larger than the context: refused before anything is decoded
-    failure = controller.edit(0, huge).run(lambda event: None)
-    assert failure is not None and not failure.started
-    assert controller.failed(failure) == huge  # the edit goes back to the prompt
+    assert refused(controller, controller.edit(0, HUGE)) == HUGE  # what was typed goes back to the prompt
     assert texts(controller.session) == before and controller.session.alternatives(0) is None
     assert texts(reopened(controller)) == before
+    # With three versions and the second shown, a refused edit shows the second again (not the newest).
+    answer(controller, controller.edit(0, EDITED))
+    answer(controller, controller.edit(0, "Name two seas."))
+    controller.show_alternative(0, -1)
+    shown = texts(controller.session)
+    assert controller.session.alternatives(0) == (2, 3) and shown[0] == EDITED
+    refused(controller, controller.edit(0, HUGE))
+    assert controller.session.alternatives(0) == (2, 3) and texts(controller.session) == shown
+    assert reopened(controller).alternatives(0) == (2, 3) and texts(reopened(controller)) == shown
+
+
+def test_a_regeneration_refused_before_it_began_shows_the_reply_again(controller, kind, tmp_path, llama_server,
+                                                                     servers):
+    long_question = "Summarise in one line: " + " ".join(f"word{i}" for i in range(150))
+    ask(controller, long_question)
+    before = texts(controller.session)
+    # A context too small for the question now: the backend refuses to answer it again before decoding anything.
+    (tmp_path / "small").mkdir()
+    small = write_profile(tmp_path / "small", kind, binary=llama_server, servers=servers, n_ctx=128)
+    controller.profile_switched(controller.switch_profile(str(small)))
+    assert refused(controller, controller.regenerate()) is None  # nothing was typed for it
+    assert texts(controller.session) == before and controller.session.alternatives(1) is None
+    assert texts(reopened(controller)) == before
+
+
+def test_regenerating_an_unanswered_question_makes_no_empty_version(controller):
+    ask(controller, FIRST)
+    controller.delete_from(1)  # the question stays, its reply goes (as after a fork at a question)
+    answer(controller, controller.regenerate())
+    assert len(controller.session.turns) == 2 and controller.session.alternatives(1) is None
+    assert reopened(controller).alternatives(1) is None
+
+
+def test_a_damaged_version_is_said_in_one_line_kept_and_the_chat_opens(tmp_path):
+    store = Store(tmp_path / "chats.sqlite3")
+    a = _chat(store, "Teas", "Write a haiku about tea.", "Leaves unfold in steam.")
+    session = ChatSession(store, "tiny", None, lambda line, error: None)
+    session.open(a)
+    session.branch(1)
+    record = session.add_reply("t")
+    record.segments, record.tokens, record.finish_reason = [("Steam.", "target")], [1], "stop"
+    session.reply_changed(record)
+    session.branch(1)
+    record = session.add_reply("t")
+    record.segments, record.tokens, record.finish_reason = [("Cups.", "target")], [1], "stop"
+    session.reply_changed(record)
+    assert session.alternatives(1) == (3, 3)
+    store.db.execute("UPDATE branches SET tail = x'00ff' WHERE ordinal = 0")  # the first answer's row, damaged
+    said = []
+    again = ChatSession(store, "tiny", None, lambda line, error: said.append((line, error)))
+    again.open(a)
+    assert texts(again) == ["Write a haiku about tea.", "Cups."] and again.alternatives(1) == (2, 2)
+    assert said == [(f"chat {a}: 1 version of its messages could not be read (damaged) — kept in the database as"
+                     " they are; the chat shows without them", True)]
+    again.show_alternative(1, 0)  # a save that rewrites the versions keeps the damaged row as it was
+    assert texts(again)[1] == "Steam."
+    assert store.db.execute("SELECT count(*) FROM branches WHERE tail = x'00ff'").fetchone() == (1,)
+    third = ChatSession(store, "tiny", None, lambda line, error: None)
+    third.open(a)
+    assert texts(third)[1] == "Steam." and third.alternatives(1) == (1, 2)
 
 
 # -- search --------------------------------------------------------------------------------------------------------
@@ -151,6 +217,7 @@ def test_an_edit_refused_before_it_began_restores_what_was_there(controller):
 def test_queries_and_highlights_on_worked_examples():
     assert fts_query("decod") == '"decod"*'
     assert fts_query("a-b: c*") == '"a" AND "b" AND "c"*'  # a user's punctuation is never FTS5 syntax
+    assert fts_query('NEAR("x" OR y) _') == '"NEAR" AND "x" AND "OR" AND "y"*'  # operators are words; "_" is none
     assert fts_query("一种猫") == '"一 种 猫"' and fts_query("?!") is None
     text = "El Código de la decodificación"
     assert [text[a:b] for a, b in matches(text, "codigo decod")] == ["Código", "decodificación"]
@@ -201,6 +268,27 @@ def test_search_finds_the_versions_a_chat_keeps_unshown(tmp_path):
     assert [h.where for h in store.search("tea")] == ["user #1"] and store.search("sea")[0].ordinal == 1
     store.delete(a)
     assert store.search("haiku") == [] and store.db.execute("SELECT count(*) FROM branches_fts").fetchone() == (0,)
+
+
+def test_odd_searches_find_what_they_say(tmp_path):
+    store = Store(tmp_path / "chats.sqlite3")
+    _chat(store, "Odd", 'He said "NEAR" or OR, and a_b', "snake_case and 100%")
+    assert [h.position for h in store.search('"NEAR"')] == [0] and [h.position for h in store.search("or")] == [0]
+    assert [h.position for h in store.search("snake_case")] == [1] and store.search("%%%") == []
+    assert store.search("x" * 5000) == [] and [h.position for h in store.search("a_b _")] == [0]
+
+
+def test_a_damaged_search_index_is_damage_like_any_other(tmp_path):
+    from specchat.chats.store import open_store
+
+    path = tmp_path / "chats.sqlite3"
+    store = Store(path)
+    _chat(store, "Teas", "Write a haiku about tea.", "Leaves unfold in steam.")
+    store.db.execute("UPDATE messages_fts_data SET block = x'0102' WHERE id > 1")  # its pages, not the messages'
+    store.close()
+    reopened_store, problem = open_store(path)
+    assert reopened_store is not None and "its search index messages_fts is damaged" in problem
+    assert "kept as" in problem and reopened_store.conversations() == []  # set aside, a new database started
 
 
 def test_an_old_database_migrates_in_place_and_its_chats_are_searchable(tmp_path):

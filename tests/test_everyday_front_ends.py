@@ -207,3 +207,54 @@ async def test_any_span_of_a_reply_can_be_selected_and_copied(settings):
         app.copy_to_clipboard = copied.append
         await pilot.press("ctrl+c")
         assert copied == [first_line[2:10]]
+
+
+async def test_a_refused_edit_and_a_stale_selection_in_the_app(settings):
+    """An edit the backend refuses before it begins (larger than the context) leaves the chat on screen as it was and
+    the edit in the prompt; a selection or an edit of another chat never reaches the one shown."""
+    settings.max_tokens = 16
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        await ask(pilot, FIRST)
+        await ask(pilot, SECOND)
+        before = texts(app.conversation)
+        await pilot.press("alt+up", "alt+up", "alt+up", "alt+up", "alt+e")
+        prompt = app.query_one(PromptInput)
+        huge = "word " * 5000
+        prompt.load_text(huge)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.busy is None)
+        assert texts(app.conversation) == before and shown_messages(app) == before and versions_shown(app) == []
+        assert prompt.text == huge and app.editing == 0  # still the edit, to shorten
+        await pilot.press("escape")
+        assert prompt.text == "" and app.editing is None
+        await pilot.press("alt+up", "alt+e", "ctrl+n")  # a message selected, an edit begun: then another chat
+        assert app.selected is None and app.editing is None and prompt.text == ""
+        await ask(pilot, "Hi!")
+        for key in ("alt+e", "ctrl+k", "alt+f", "alt+left"):  # nothing of the old chat's selection is left to crash
+            await pilot.press(key)
+            await pilot.pause()
+        assert app.is_running and texts(app.conversation)[0] == "Hi!"
+        await pilot.press("alt+d")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")
+
+
+async def test_deleting_a_chat_from_the_list_asks_first(tmp_path, settings):
+    settings.max_tokens = 8
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        await ask(pilot, FIRST)
+        first = app.conversation.id
+        await pilot.press("ctrl+n")
+        await ask(pilot, SECOND)
+        await pilot.press("ctrl+l", "down", "down", "d")  # the second chat listed is the first one made
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert {c.id for c in app.conversation.store.conversations()} >= {first}
+        await pilot.press("d", "y")
+        await pilot.pause()
+        assert first not in {c.id for c in app.conversation.store.conversations()}
+        assert isinstance(app.screen, ConversationsScreen)

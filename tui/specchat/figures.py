@@ -33,16 +33,19 @@ def draft_length(stats: Any) -> str:
     return "auto" if stats.adaptive else str(stats.n_max)
 
 
-def looped(span: int, tokens: int) -> str:
-    """How a reply that stopped in a loop (finish reason "loop", engine/loops.py) says so."""
-    return (f"stopped in a loop: the same {span}-token span over and over ({tokens} tokens)"
-            " — [chat] stop_on_loop = false lets a reply run on")
+def looped(span: int, tokens: int, estimated: bool = False) -> str:
+    """How a reply that stopped in a loop (finish reason "loop", engine/loops.py) says so; ``estimated`` when its
+    tokens are tiktoken's count of the text (a server that sends no ids)."""
+    approx = ESTIMATE if estimated else ""
+    what = (f"the same {approx}{span}-token span over and over ({approx}{tokens} tokens)" if span
+            else "it repeated itself")
+    return f"stopped in a loop: {what} — [chat] stop_on_loop = false lets a reply run on"
 
 
 def finish_said(finish_reason: str, stats: Any) -> str:
     """A finish reason for a summary line: the word itself, a loop with what it repeated."""
-    if finish_reason == "loop" and getattr(stats, "loop_span", 0):
-        return looped(stats.loop_span, stats.loop_tokens)
+    if finish_reason == "loop":
+        return looped(stats.loop_span, stats.loop_tokens, stats.estimated)
     return finish_reason
 
 

@@ -396,6 +396,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
             self.notify(why, severity="warning")
             self.query_one(PromptInput).load_text(text)
             return
+        self.edit_sent = None
         if self.send_edit(text):
             return
         try:
@@ -475,9 +476,11 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
         self._streaming(False)
         self._idle()
         text = self.controller.failed(message.failure)
-        if text is not None:  # refused before it began: the text goes back to the prompt to be edited
-            self._forget_views()
-            self.query_one(PromptInput).load_text(text)
+        if not message.failure.started:  # refused before it began: the chat as it was (an edit's versions too) …
+            self.show_turns()
+            if text is not None:  # … and what was typed goes back to the prompt (still an edit, if it was one)
+                self.query_one(PromptInput).load_text(text)
+                self.editing = self.edit_sent
         elif self._last_reply is not None:
             self._last_reply.refresh_view()
         self.notify(message.failure.error, severity="error", timeout=15)
@@ -606,6 +609,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
     def action_new_chat(self) -> None:
         if self.busy is not None:
             return
+        self.forget_selection()
         self.controller.new_chat()
         self.show_turns()
         self.refresh_sidebar()
@@ -626,7 +630,10 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
             self.conversation.store.rename(chat_id, title)
 
     def _conversation_chosen(self, choice: tuple[str, int, int | None, int | None] | None) -> None:
-        if choice is None or self.busy is not None:
+        if choice is None:
+            return
+        if self.busy is not None:
+            self.notify(f"{self.why_busy()} — then open or export it from the list (ctrl+l)", severity="warning")
             return
         action, conversation_id, position, version = choice
         if action == "open":
@@ -649,6 +656,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
         except (StoreError, OSError) as exc:
             self.notify(one_line(exc), severity="error")
             return
+        self.forget_selection()
         self.show_turns()
         self.refresh_sidebar()
 

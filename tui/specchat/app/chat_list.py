@@ -20,7 +20,7 @@ from textual.widgets.option_list import Option
 
 from ..chats.search import Hit
 from ..chats.store import Store, StoreError
-from .screens import CLOSE, _Modal
+from .screens import CLOSE, ConfirmScreen, _Modal
 
 T = TypeVar("T")
 HIT_STYLE = "bold reverse"
@@ -153,7 +153,13 @@ class ConversationsScreen(_Modal):
             self.notify("this is the chat on screen — start a new one (ctrl+n) or open another first, then delete it",
                         severity="warning")
             return
-        self._stored(lambda: self.store.delete(chosen[0]))
+        chat = self._stored(lambda: self.store.get(chosen[0]))
+        if chat is not None:
+            self.app.push_screen(ConfirmScreen(f"Delete the chat {chat.title!r}, every message and version of it?"),
+                                 lambda yes: self._delete(chat.id) if yes else None)
+
+    def _delete(self, chat_id: int) -> None:
+        self._stored(lambda: self.store.delete(chat_id))
         self._reload()
 
     def action_export(self) -> None:

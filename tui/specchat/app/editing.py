@@ -19,6 +19,7 @@ class EditingActions:
 
     selected: int | None = None  # the selected turn (alt+up / alt+down)
     editing: int | None = None  # the user turn whose text the prompt holds, to send in its place
+    edit_sent: int | None = None  # the turn the exchange in progress edits (an edit refused stays one)
     _before_edit = ""  # what the prompt held before the edit, given back by Esc
 
     # -- selection ---------------------------------------------------------------------------------------------------
@@ -46,9 +47,16 @@ class EditingActions:
                 if i == self.selected:
                     view.scroll_visible(animate=False)
 
+    def forget_selection(self) -> None:
+        """Another chat is shown: no message of this one stays selected, an edit of one is left as it was."""
+        self.cancel_edit()
+        self.selected = None
+
     def _chosen(self, user_only: bool = False) -> int | None:
         """The selected turn, else the last one (the last of the user's with ``user_only``)."""
         turns = self.conversation.turns
+        if self.selected is not None and self.selected >= len(turns):
+            self.selected = None
         if self.selected is not None and (not user_only or isinstance(turns[self.selected], UserTurn)):
             return self.selected
         candidates = [i for i, t in enumerate(turns) if not user_only or isinstance(t, UserTurn)]
@@ -66,7 +74,7 @@ class EditingActions:
         if not self._idle_or_say():
             return
         session = self.conversation
-        index = self.selected
+        index = self.selected if self.selected is not None and self.selected < len(session.turns) else None
         if index is None:  # the last message that has versions
             index = next((i for i in range(len(session.turns) - 1, -1, -1) if session.alternatives(i)), None)
         if index is None:
@@ -105,6 +113,7 @@ class EditingActions:
         index, self.editing = self.editing, None
         if index is None:
             return False
+        self.edit_sent = index
         try:
             exchange = self.controller.edit(index, text)
         except SpecchatError as exc:  # e.g. a file that cannot be attached: still an edit, to change
@@ -135,8 +144,12 @@ class EditingActions:
             self.notify("nothing to fork yet — ask something first", severity="warning")
             return
         before = self.conversation.title
-        self.controller.fork(index)
-        self.selected = None
+        try:
+            self.controller.fork(index)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self.forget_selection()
         self.show_turns()
         self.refresh_sidebar()
         self.notify(f"new chat with messages 1 … {index + 1} of {before!r} (which is kept as it was)")
@@ -155,7 +168,11 @@ class EditingActions:
     def _delete(self, index: int) -> None:
         if not self._idle_or_say():
             return
-        self.controller.delete_from(index)
+        try:
+            self.controller.delete_from(index)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="warning")
+            return
         self.selected = None
         self.show_turns()
         self.refresh_sidebar()
@@ -165,7 +182,8 @@ class EditingActions:
 
     def action_copy_code(self) -> None:
         turns = self.conversation.turns
-        index = self.selected if self.selected is not None and isinstance(turns[self.selected], ReplyRecord) \
+        chosen = self._chosen()
+        index = chosen if chosen is not None and isinstance(turns[chosen], ReplyRecord) \
             else next((i for i in range(len(turns) - 1, -1, -1) if isinstance(turns[i], ReplyRecord)), None)
         blocks = code_blocks(turns[index].text) if index is not None else []
         if not blocks:

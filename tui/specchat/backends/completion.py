@@ -116,7 +116,8 @@ class CompletionStream:
                     event = self._token(reply, token, content, i == len(ids) - 1, unknown, kind, step, judgement)
                     if event is not None:
                         yield event
-                        if watch is not None and watch.add(event.token if token is not None else event.text):
+                        # (An id not recovered is like no other token: two of them are no repeat.)
+                        if watch is not None and watch.add(token if token is not None else object()):
                             finish = "loop"
                             reply.stats.loop_span, reply.stats.loop_tokens = watch.span, watch.covered
                             break

@@ -20,7 +20,7 @@ from typing import Any
 from ..engine.config import EngineConfig
 from ..engine.conversation import Message, as_dicts
 from ..engine.events import Event, Judgement, ReplyFinished, ReplyStarted, SpeculationState, TokenEmitted, TokenKind
-from ..engine.loops import loop_watch
+from ..engine.loops import LoopWatch, loop_watch
 from ..engine.stats import ReplyStats
 from ..errors import BackendError
 from .http import EventStream, get_text
@@ -76,14 +76,17 @@ def chat_completion(url: str, headers: dict[str, str], key_env: str | None, conf
             piece = (choice.get("delta") or {}).get("content") or ""
             if piece:
                 chunk += 1
+                if watch is not None:  # a loop completed inside the chunk: only the chunk's text up to it is shown
+                    piece, looped = _until_loop(piece, watch)
+                    if looped:
+                        finish = "loop"
+                        stats.loop_span, stats.loop_tokens = watch.span, watch.covered
                 pieces.append(piece)
                 now = estimate_tokens("".join(pieces))
                 for i in range(max(1, now - counted)):  # every chunk with text holds at least one token
                     yield _emit(stats, started, piece if i == 0 else "", chunk, top)
                 counted = max(now, counted + 1)
-                if watch is not None and any(watch.add(t) for t in _encoding().encode(piece, disallowed_special=())):
-                    finish = "loop"
-                    stats.loop_span, stats.loop_tokens = watch.span, watch.covered
+                if finish == "loop":
                     break
             if choice.get("finish_reason"):
                 finish = {"length": "length"}.get(choice["finish_reason"], "stop")
@@ -103,6 +106,17 @@ def chat_completion(url: str, headers: dict[str, str], key_env: str | None, conf
         stats.context_used = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
     stats.t_total = perf_counter() - started
     yield ReplyFinished("".join(pieces), finish or "stop", stats)
+
+
+def _until_loop(piece: str, watch: LoopWatch) -> tuple[str, bool]:
+    """``piece`` as far as its tiktoken tokens go without completing a loop (the token that completes it included),
+    and whether one did."""
+    encoding = _encoding()
+    tokens = encoding.encode(piece, disallowed_special=())
+    for i, token in enumerate(tokens):
+        if watch.add(token):
+            return encoding.decode_bytes(tokens[: i + 1]).decode("utf-8", "ignore"), True
+    return piece, False
 
 
 def _emit(stats: ReplyStats, started: float, text: str, chunk: int, top: int) -> TokenEmitted:

@@ -51,8 +51,8 @@ def refusal(record: ReplyRecord | None, config: EngineConfig, target_id: str) ->
         changed.append("the target model")
     for key, label in (("sampling", "the sampling"), ("n_ctx", "the context size"), ("kv_cache", "the KV cache"),
                        ("loop", "when a reply stops in a loop")):
-        # (A reply stored before specchat kept a condition is compared without it.)
-        if record.conditions is not None and key in record.conditions and record.conditions[key] != now[key]:
+        # (A reply stored before specchat stopped loops ran without the rule: its missing "loop" is None.)
+        if record.conditions is not None and record.conditions.get(key) != now[key]:
             changed.append(label)
     if changed:
         return (f"the profile changed {' and '.join(changed)} since this reply: the arms would not decode alike —"

@@ -1,9 +1,11 @@
 """A file in a message: ``@path`` (or ``@"a path with spaces"``) puts the file's text into the message as a fenced
 block named by its path, so the model — and the n-gram drafter — can copy from it.
 
-Only text files are attached, each at most ``MAX_BYTES``: a larger one, a binary one, or a path that names no file is
-refused in one line, and nothing is sent (the message stays in the prompt to be changed). A word such as ``@alice``
-that names no file and does not look like a path is left as it is.
+Only UTF-8 text files are attached, each at most ``MAX_BYTES`` (the context decides the rest: a message larger than
+it is refused in one line): a larger one, a binary one, a folder, or a path that names no file is refused in one line,
+and nothing is sent (the message stays in the prompt to be changed). A word that names no file and does not look like
+a path (``@alice``, ``@pytest.mark.parametrize``) is left as it is, and so is any ``@`` inside code (a fenced block, an
+inline `span`) — an attached file's text among it, when the message is edited and sent again.
 """
 
 from __future__ import annotations
@@ -14,8 +16,12 @@ from pathlib import Path
 
 from ..errors import Refused
 
-MAX_BYTES = 64 * 1024  # a message's attachment; the context (4,096 tokens by default) holds about 16 KB of text
-MENTION = re.compile(r'(?<!\S)@(?:"([^"]+)"|(\S+))')
+MAX_BYTES = 64 * 1024
+MENTION = re.compile(r'(?<![^\s(\[])@(?:"([^"]+)"|(\S+))')
+CODE = re.compile(r"(`{3,}).*?(?:\1|\Z)|`[^`\n]*`", re.DOTALL)  # fenced blocks (to their end) and inline spans
+# A name that looks like a file's: letters, digits and path characters, with a folder or a short extension.
+PATHLIKE = re.compile(r"[\w.~/+-]*(?:/[\w.~/+-]*|\.[A-Za-z0-9]{1,5})")
+TRAILING = ".,;:!?)]"  # the end of a sentence or a bracket after a name: "see @notes.txt."
 LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go", ".c": "c",
              ".h": "c", ".cpp": "cpp", ".java": "java", ".rb": "ruby", ".sh": "sh", ".toml": "toml", ".json": "json",
              ".yaml": "yaml", ".yml": "yaml", ".md": "markdown", ".html": "html", ".css": "css", ".sql": "sql"}
@@ -28,20 +34,33 @@ def expand(text: str, base: Path) -> str:
 
     def replace(match: re.Match) -> str:
         quoted, bare = match.groups()
-        name = quoted or bare.rstrip(",;:!?)")
-        path = (base / Path(name).expanduser()).resolve()
-        if path.is_dir():
+        name = quoted or bare.rstrip(TRAILING)
+        if not name:
+            return match.group(0)
+        try:
+            path = (base / Path(name).expanduser()).resolve()
+            is_dir, is_file = path.is_dir(), path.is_file()
+        except (OSError, RuntimeError) as exc:  # an unknown ~user, a symlink loop, a name too long
+            if not quoted and not PATHLIKE.fullmatch(name):
+                return match.group(0)
+            raise Refused(f"@{name}: cannot be read as a path ({exc}) — give a path to a text file") from None
+        if is_dir:
             raise Refused(f"@{name} is a folder — attach the files in it one by one (@{name.rstrip('/')}/…)")
-        if not path.is_file():
-            if quoted or "/" in name or "." in name.strip("."):
-                raise Refused(f"@{name}: no such file (in {base.resolve()}) — give a path to a text file, or drop the @")
+        if not is_file:
+            if quoted or PATHLIKE.fullmatch(name):
+                raise Refused(f"@{name}: no such file (in {base.resolve()}) — give a path to a text file, or drop"
+                              " the @")
             return match.group(0)  # "@alice": a mention, not a file
         if path not in seen:
             seen.add(path)
             blocks.append(_block(name, path))
         return f"`{name}`" + ("" if quoted else bare[len(name):])
 
-    body = MENTION.sub(replace, text)
+    parts, last = [], 0
+    for code in CODE.finditer(text):  # mentions are looked for outside code only
+        parts += [MENTION.sub(replace, text[last:code.start()]), code.group(0)]
+        last = code.end()
+    body = "".join(parts) + MENTION.sub(replace, text[last:])
     return body if not blocks else body.rstrip() + "\n\n" + "\n\n".join(blocks)
 
 
@@ -59,7 +78,8 @@ def _block(name: str, path: Path) -> str:
     except UnicodeDecodeError:
         content = ""
     if "\x00" in content or (data and not content):
-        raise Refused(f"@{name} is not a text file (binary) — only text files can be attached")
+        raise Refused(f"@{name} is not UTF-8 text (a binary file, or another encoding) — only UTF-8 text files can be"
+                      " attached")
     fence = "```"
     while fence in content:
         fence += "`"

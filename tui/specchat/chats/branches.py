@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from .records import Turn
 from .store import BranchRow, StoredMessage
 
+DAMAGED_ORDINALS = 1_000_000  # where damaged rows are written back: above any ordinal an alternative has
+
 
 @dataclass
 class Tail:
@@ -46,6 +48,7 @@ class Branches:
     def __init__(self, turns: list[Turn]) -> None:
         self.turns = turns
         self.forks: dict[int, Fork] = {}
+        self.damaged: list[BranchRow] = []  # rows the store had that could not be read: kept, not shown
 
     def at(self, position: int) -> tuple[int, int] | None:
         """Which alternative is shown at ``position`` (counted from 1) and how many there are; None where nothing
@@ -53,16 +56,21 @@ class Branches:
         fork = self.forks.get(position)
         return (fork.shown + 1, len(fork)) if fork is not None else None
 
-    def branch(self, position: int) -> None:
+    def branch(self, position: int) -> int | None:
         """Keep the chat from ``position`` on as an alternative not shown; the turns end before it, and what is
-        added next is the new alternative, shown."""
+        added next is the new alternative, shown. Returns the index of the alternative that was shown (for
+        ``delete_from``'s ``instead``), None when there was nothing from ``position`` on to keep."""
+        if position >= len(self.turns):
+            return None  # an empty tail is no version (a question not answered yet)
         tail = Tail(self.turns[position:], {p: f for p, f in self.forks.items() if p > position})
         for p in tail.forks:
             del self.forks[p]
         fork = self.forks.setdefault(position, Fork([None]))
-        fork.alternatives[fork.shown] = tail
+        before = fork.shown
+        fork.alternatives[before] = tail
         fork.alternatives.append(None)
         del self.turns[position:]
+        return before
 
     def show(self, position: int, index: int) -> None:
         """Show alternative ``index`` (from 0) of the fork at ``position`` in place of the one shown."""
@@ -76,9 +84,9 @@ class Branches:
         self.turns[position:] = chosen.turns
         self.forks.update(chosen.forks)
 
-    def delete_from(self, position: int) -> None:
-        """Delete the message at ``position`` and everything after it; where the chat forks there, the nearest
-        other alternative is shown instead."""
+    def delete_from(self, position: int, instead: int | None = None) -> None:
+        """Delete the message at ``position`` and everything after it; where the chat forks there, alternative
+        ``instead`` (an index among those left) is shown in its place, by default the nearest."""
         for p in [p for p in self.forks if p > position]:
             del self.forks[p]
         del self.turns[position:]
@@ -87,44 +95,51 @@ class Branches:
             return
         shown = fork.shown
         del fork.alternatives[shown]
-        nearest = fork.alternatives[max(shown - 1, 0)]
-        assert nearest is not None
-        fork.alternatives[max(shown - 1, 0)] = None
-        self.turns[position:] = nearest.turns
-        self.forks.update(nearest.forks)
+        index = instead if instead is not None and 0 <= instead < len(fork) else max(shown - 1, 0)
+        chosen = fork.alternatives[index]
+        assert chosen is not None
+        fork.alternatives[index] = None
+        self.turns[position:] = chosen.turns
+        self.forks.update(chosen.forks)
         if len(fork) == 1:
             del self.forks[position]
-
-    def clear(self) -> None:
-        self.forks = {}
 
     # -- as the store keeps them -------------------------------------------------------------------------------------
 
     def rows(self, stored) -> list[BranchRow]:
-        """Every alternative not shown, as store rows; ``stored`` makes a turn a StoredMessage."""
-        return [BranchRow(position, ordinal, zlib.compress(json.dumps(_tail_json(tail, stored)).encode()),
+        """Every alternative not shown, as store rows (``stored`` makes a turn a StoredMessage), and the damaged rows
+        ``load`` met, as they were (under ordinals no alternative takes)."""
+        rows = [BranchRow(position, ordinal, zlib.compress(json.dumps(_tail_json(tail, stored)).encode()),
                           "\n\n".join(_texts(tail)))
                 for position, fork in sorted(self.forks.items())
                 for ordinal, tail in enumerate(fork.alternatives) if tail is not None]
+        return rows + [BranchRow(row.position, DAMAGED_ORDINALS + i, row.tail) for i, row in enumerate(self.damaged)]
 
     def load(self, rows: list[BranchRow], turn_of) -> None:
-        """The forks the store kept (``turn_of`` makes a StoredMessage a turn). A damaged row is left out: its
-        branch is lost, the chat shown and every other branch are not."""
-        by_position: dict[int, dict[int, Tail]] = {}
+        """The forks the store kept (``turn_of`` makes a StoredMessage a turn). A row that cannot be read (damaged,
+        or for a position the chat no longer has) is kept aside in ``damaged``, written back as it was, and the
+        chat shows without it; every other version is there."""
+        valid: dict[int, dict[int, Tail]] = {}
+        taken: dict[int, set[int]] = {}
+        self.damaged = []
         for row in rows:
-            position, ordinal = row.position, row.ordinal
+            taken.setdefault(row.position, set()).add(row.ordinal)
             try:
                 tail = _tail_of(json.loads(zlib.decompress(row.tail)), turn_of)
             except (ValueError, TypeError, KeyError, zlib.error):
+                tail = None
+            if tail is None or not 0 <= row.position <= len(self.turns) or not tail.turns:
+                self.damaged.append(row)
                 continue
-            if 0 <= position <= len(self.turns):
-                by_position.setdefault(position, {})[ordinal] = tail
+            valid.setdefault(row.position, {})[row.ordinal] = tail
         self.forks = {}
-        for position, tails in by_position.items():
-            count = len(tails) + 1
-            shown = next((i for i in range(count) if i not in tails), count - 1)
-            ordered = [tails[k] for k in sorted(tails)]
-            self.forks[position] = Fork(ordered[:shown] + [None] + ordered[shown:])
+        for position, tails in valid.items():
+            used = taken[position]
+            shown = next(i for i in range(len(used) + 1) if i not in used)  # the ordinal no row has
+            ordered = sorted(tails)
+            before = sum(1 for ordinal in ordered if ordinal < shown)
+            alternatives: list[Tail | None] = [tails[k] for k in ordered]
+            self.forks[position] = Fork(alternatives[:before] + [None] + alternatives[before:])
 
 
 def _texts(tail: Tail) -> list[str]:

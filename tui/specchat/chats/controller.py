@@ -90,6 +90,15 @@ class Switched:
 
 
 @dataclass(frozen=True)
+class Began:
+    """What an exchange changed in the chat before the backend saw it: undone when the backend refuses it."""
+
+    position: int  # its turns start here
+    typed: str | None  # the message as typed (before its files were attached); None for a regeneration
+    shown_before: int | None  # the version shown at ``position`` before it branched there; None: it did not
+
+
+@dataclass(frozen=True)
 class Failure:
     error: str
     started: bool  # whether the backend had accepted the message (a ReplyStarted came)
@@ -126,7 +135,7 @@ class ChatController:
         self.cancel = threading.Event()
         self.closed = False
         self._quit_record: ReplyRecord | None = None
-        self._began: tuple[int, bool] | None = None  # where the last exchange's turns start; whether it typed one
+        self._began: Began | None = None  # what the last exchange changed, to undo when it is refused
         self._shown_notes: set[str] = set()
 
     # -- profiles and backends -------------------------------------------------------------------------------------
@@ -252,7 +261,7 @@ class ChatController:
         """The user's message (with the files it names as ``@path`` in it) and its empty reply join the chat; the
         exchange to run on the engine thread. A file that cannot be attached is refused before anything changes."""
         self._sendable()
-        return self._ask(expand(text, Path.cwd()))
+        return self._ask(expand(text, Path.cwd()), text, None)
 
     def regenerate(self) -> Exchange:
         """The last question again; the reply it had is kept as a branch ("‹ 1/2 ›")."""
@@ -261,8 +270,8 @@ class ChatController:
             raise Refused("nothing to answer again yet — ask something first")
         self._sendable()  # before anything changes
         index, text = exchange
-        self.session.branch(index + 1)
-        self._began = (index + 1, False)
+        before = self.session.branch(index + 1)  # (a question without its reply yet keeps no empty version)
+        self._began = Began(index + 1, None, before)
         return self._exchange(index, text)
 
     def edit(self, index: int, text: str) -> Exchange:
@@ -274,18 +283,18 @@ class ChatController:
         if not text.strip():
             raise Refused("the edited message is empty — type something to send, or delete the message instead")
         self._sendable()
-        text = expand(text, Path.cwd())
-        self.session.branch(index)
-        return self._ask(text)
+        expanded = expand(text, Path.cwd())
+        before = self.session.branch(index)
+        return self._ask(expanded, text, before)
 
     def _sendable(self) -> None:
         if self.backend is None:
             raise Refused(self.why_not_send() or "")
 
-    def _ask(self, text: str) -> Exchange:
+    def _ask(self, text: str, typed: str, before: int | None) -> Exchange:
         index = len(self.session.turns)
         text = self.session.add_user(text).text
-        self._began = (index, True)
+        self._began = Began(index, typed, before)
         return self._exchange(index, text)
 
     def _exchange(self, upto: int, text: str) -> Exchange:
@@ -353,11 +362,10 @@ class ChatController:
         leaves no trace — an edit or a regeneration shows what was there before — and the text typed for it is
         returned, to go back into the prompt; else the partial reply stays, marked."""
         record = self.session.last_reply
-        if not failure.started and self._began is not None:
-            position, typed = self._began
-            turn = self.session.turns[position] if position < len(self.session.turns) else None
-            self.session.delete_from(position)
-            return turn.text if typed and isinstance(turn, UserTurn) else None
+        began = self._began
+        if not failure.started and began is not None:
+            self.session.delete_from(began.position, began.shown_before)  # the version shown before, if any
+            return began.typed
         if record is not None and record.streaming:
             record.finish_reason = "error"
             self.session.changed(record)

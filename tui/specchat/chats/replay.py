@@ -147,8 +147,14 @@ def step_lines(replay: Replay, index: int) -> list[str]:
         elif verified.drafted > verified.accepted:
             lines.append(f"  rejected: {verified.drafted - verified.accepted} tokens (the backend does not say which)")
         own = step.own
-        lines.append(f"  then {KIND_NAMES[own.kind.value].removeprefix('the ')}: {_quote(own.text)}" if own
-                     else "  then the end of the reply")
+        finished = replay.finished if index == len(replay.steps) - 1 else None
+        if own:
+            lines.append(f"  then {KIND_NAMES[own.kind.value].removeprefix('the ')}: {_quote(own.text)}")
+        elif finished is not None and finished.finish_reason == "loop":
+            lines.append("  then the reply stopped in a loop (what the step verified after it is neither shown nor"
+                         " counted)")
+        else:
+            lines.append("  then the end of the reply")
     t = replay.telemetry_at(index)
     counters = t.reply
     lines.append(f"  so far: {t.reply_tokens} token{'s' if t.reply_tokens != 1 else ''} · acceptance {pct(counters.acceptance_rate)} · mean accepted"

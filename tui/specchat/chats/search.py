@@ -27,7 +27,7 @@ def indexed_text(text: str) -> str:
 def fts_query(words: str) -> str | None:
     """The FTS5 query for what a user typed (every word, the last also as a prefix); None when it holds no word.
     Words are quoted: a user's "-", ":" or "*" is text, never FTS5 syntax."""
-    terms = WORD.findall(words)
+    terms = [term for term in WORD.findall(words) if any(c.isalnum() for c in term)]  # "_" alone is no word
     if not terms:
         return None
     quoted = [f'"{" ".join(indexed_text(term).split())}"' for term in terms]  # a run of ideographs: a phrase
@@ -81,7 +81,7 @@ def matches(text: str, words: str) -> list[tuple[int, int]]:
     """Where the query's words are in ``text``, as (start, end) spans, accents and case aside (the last word also
     as the start of a longer one), in order."""
     folded = _folded(text)
-    terms = [_folded(t) for t in WORD.findall(words)]
+    terms = [_folded(t) for t in WORD.findall(words) if any(c.isalnum() for c in t)]
     spans = []
     for i, term in enumerate(terms):
         last = i == len(terms) - 1

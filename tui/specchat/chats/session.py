@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from ..engine.conversation import Message
+from ..errors import Refused
 from ..text import valid_text
 from .branches import Branches
 from .records import INTERRUPTED, ReplyRecord, Turn, UserTurn
@@ -89,12 +90,14 @@ class ChatSession:
         """Which of the alternatives at turn ``index`` is shown (from 1) and how many there are; None: only one."""
         return self.branches.at(index)
 
-    def branch(self, index: int) -> None:
+    def branch(self, index: int) -> int | None:
         """Keep the chat from turn ``index`` on as a branch; what is added next is the alternative shown there.
-        (Saved with that addition: nothing of it is lost meanwhile, the turns shown are still stored.)"""
-        self.branches.branch(index)
+        (Saved with that addition: nothing of it is lost meanwhile, the turns shown are still stored.) Returns the
+        version that was shown, for ``delete_from``'s ``instead``; None when nothing followed to keep."""
+        before = self.branches.branch(index)
         self._saved = min(self._saved, index)
         self._branches_saved = False
+        return before
 
     def show_alternative(self, index: int, alternative: int) -> None:
         """Show alternative ``alternative`` (from 0) of the fork at turn ``index``."""
@@ -103,10 +106,11 @@ class ChatSession:
         self._branches_saved = False
         self.save()
 
-    def delete_from(self, index: int) -> None:
-        """Delete turn ``index`` and what follows (where the chat forks there, another alternative is shown)."""
+    def delete_from(self, index: int, instead: int | None = None) -> None:
+        """Delete turn ``index`` and what follows; where the chat forks there, another alternative is shown (version
+        ``instead`` of those left, by default the nearest)."""
         forked = self.alternatives(index) is not None or any(p > index for p in self.branches.forks)
-        self.branches.delete_from(index)
+        self.branches.delete_from(index, instead)
         self._saved = min(self._saved, index)
         self._branches_saved = self._branches_saved and not forked
         self.save()
@@ -119,6 +123,9 @@ class ChatSession:
     def fork(self, index: int) -> None:
         """Continue in a new chat holding copies of turns 0 … ``index`` (this chat is saved and left as it is)."""
         self.save()
+        if self._failing:  # what is not saved of this chat lives only here: it is not left behind
+            raise Refused(f"{self.store.path} does not accept writes now — fork once saving works again (this chat"
+                          " would be left unsaved)")
         copies = [turn_of(_stored(t)) for t in self.turns[: index + 1]]
         self.id, self.title = None, f"{self.title} (fork)".strip()
         self._start(copies)
@@ -157,14 +164,19 @@ class ChatSession:
     def open(self, conversation_id: int) -> None:
         """Load a stored chat (a reply stored while streaming is shown as interrupted)."""
         assert self.store is not None
+        self.interrupt()  # saved first: the chat opened may be this one
         conversation = self.store.get(conversation_id)
         stored = self.store.messages(conversation_id)
-        self.interrupt()
+        rows = self.store.branches(conversation_id)
         self.id, self.title, self.profile = conversation.id, conversation.title, conversation.profile
         self.system_prompt = conversation.system_prompt
         self._start([turn_of(m) for m in stored])
-        self.branches.load(self.store.branches(conversation_id), turn_of)
+        self.branches.load(rows, turn_of)
         self._saved, self._meta_saved = len(self.turns), True
+        if self.branches.damaged:
+            count = len(self.branches.damaged)
+            self.on_problem(f"chat {conversation.id}: {count} version{'s' * (count != 1)} of its messages could not be"
+                            " read (damaged) — kept in the database as they are; the chat shows without them", True)
 
     # -- saving ----------------------------------------------------------------------------------------------------
 

@@ -209,6 +209,7 @@ class Store:
         self.db.execute("PRAGMA synchronous = NORMAL")
         self._migrate()
         self._check_columns()
+        self._check_search_index()
 
     def _check_columns(self) -> None:
         """Every column the store reads is there: damage in the schema's own text (a column's name) passes the
@@ -218,6 +219,15 @@ class Store:
                 self.db.execute(f"SELECT {', '.join(columns)} FROM {table} LIMIT 0")
             except sqlite3.OperationalError as exc:
                 raise DamagedDatabase(f"its schema is damaged: {exc}") from None
+
+    def _check_search_index(self) -> None:
+        """The FTS5 indexes are whole: SQLite's integrity_check does not look inside them (before 3.44), and a damaged
+        one would fail every later save."""
+        for table in ("messages_fts", "branches_fts"):
+            try:
+                self.db.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
+            except sqlite3.DatabaseError as exc:
+                raise DamagedDatabase(f"its search index {table} is damaged: {exc}") from None
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -252,6 +262,11 @@ class Store:
             "SELECT id, title, profile, system_prompt, created, updated FROM conversations ORDER BY updated DESC, id DESC"
         ).fetchall()
         return [Conversation(*row) for row in rows]
+
+    @_one_line_errors
+    def message_counts(self) -> dict[int, int]:
+        """Chat id → how many messages it shows."""
+        return dict(self.db.execute("SELECT conversation_id, count(*) FROM messages GROUP BY conversation_id"))
 
     @_one_line_errors
     def get(self, conversation_id: int) -> Conversation:
@@ -339,7 +354,8 @@ class Store:
             " UNION ALL SELECT b.conversation_id, c.title, b.position, 'version', branches_fts.original, b.ordinal,"
             " c.updated FROM branches_fts JOIN branches b ON b.id = branches_fts.rowid"
             " JOIN conversations c ON c.id = b.conversation_id WHERE branches_fts MATCH ?1)"
-            " ORDER BY updated DESC, conversation_id DESC, ordinal IS NOT NULL, position LIMIT ?2", (query, limit))
+            " ORDER BY updated DESC, conversation_id DESC, ordinal IS NOT NULL, position, ordinal LIMIT ?2",
+            (query, limit))
         return [Hit(chat, title, position, role, content, ordinal) for chat, title, position, role, content, ordinal, _
                 in rows]
 

@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(store, _args) -> int:
+    counts = store.message_counts()
     for chat in store.conversations():
-        count = len(store.messages(chat.id))
+        count = counts.get(chat.id, 0)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(chat.updated))
         print(f"{chat.id}\t{count}\t{when}\t{chat.title}")
     return 0

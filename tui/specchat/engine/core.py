@@ -463,11 +463,14 @@ class Engine:
         stats = reply.stats
         stats.t_draft += outcome.t_draft
         stats.t_verify += outcome.t_verify
-        stats.record_step(outcome.drafted, outcome.n_accepted, outcome.ignored, outcome.withheld)
         rows, draft = outcome.rows, outcome.draft
+        drafted, accepted = outcome.drafted, outcome.n_accepted
         for i, token in enumerate(outcome.accepted):
-            if not reply.looped:  # a loop completed midway ends the reply there (engine/loops.py)
-                yield self._emit(reply, token, TokenKind.ACCEPTED, step, self._judgement(rows, draft, i))
+            yield self._emit(reply, token, TokenKind.ACCEPTED, step, self._judgement(rows, draft, i))
+            if reply.looped:  # a loop completed midway: the reply ends here, the step counts as far as it was shown
+                drafted = accepted = i + 1
+                break
+        stats.record_step(drafted, accepted, outcome.ignored, outcome.withheld)
         if outcome.rejected and not reply.looped:
             tail = outcome.rejected
             yield DraftRejected(tuple(tail), self.target.detokenize([t for t in tail if t < self.target.n_vocab]), step,
@@ -486,8 +489,7 @@ class Engine:
             reply.state = state
             yield SpeculationChanged(state)
         stats.n_max = self.n_max
-        yield StepVerified(step, outcome.drafted, outcome.n_accepted, outcome.ignored, outcome.withheld,
-                           self.n_max, len(self.tokens))
+        yield StepVerified(step, drafted, accepted, outcome.ignored, outcome.withheld, self.n_max, len(self.tokens))
 
     def _text(self, token: int) -> str:
         """A candidate's text: a token that is only part of a UTF-8 character shows its bytes (<0xE3>), not U+FFFD."""

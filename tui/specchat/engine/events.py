@@ -10,7 +10,8 @@ then for each verify step, in this order:
 5. ``ThreadsAdjusted`` when the engine changed how many threads decode the next steps (a busy machine);
 and finally ``ReplyFinished`` with the reply's telemetry. A rejected tail is therefore always shown between the
 accepted tokens of its step and the target's correction. A step whose tokens complete a loop (``loops``) ends the reply
-at that token: what followed it in the step is not shown, and its ``StepVerified`` still counts the whole verify.
+at that token, and its ``StepVerified`` counts the step as far as it was shown (as a llama-server's cut stream is
+counted): its draft as long as the accepted tokens shown, the rest of what it verified neither shown nor counted.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Small models fall into cycles ("código de código de …", or a whole function written out again and again) and run to
 the token limit. The rule reads nothing but the reply's tokens, so every backend, both arms of an A/B and every
 benchmark runner stop at the same token: greedy output with speculation stays equal to plain decoding, cut at the
-same place. A speculative step that completes the cycle midway ends the reply there; the rest of the step was
-verified (its counts stand) but is not shown, like an accepted end token.
+same place. A speculative step that completes the cycle midway ends the reply there and counts as far as it was
+shown (what it verified beyond is neither shown nor counted), as a llama-server's stream closed there is counted.
 """
 
 from __future__ import annotations
@@ -63,10 +63,6 @@ class LoopWatch:
                 self.span, self.covered = span, stretch
                 return True
         return False
-
-    def said(self) -> str:
-        """The loop in words, for a reply's status line."""
-        return f"the same {self.span}-token span over and over ({self.covered} tokens)"
 
 
 def loop_watch(rule: LoopRule | None) -> LoopWatch | None:

@@ -240,6 +240,8 @@ class Repl(ControllerViews):
         if not text.strip():
             return
         if text.startswith("/"):
+            if editing is not None:
+                self.say(f"(message {editing + 1} was left as it was)", "class:dim")
             run_command(self, text)
         else:
             self.answer_or_say_why(text, editing)
@@ -247,12 +249,15 @@ class Repl(ControllerViews):
     def answer(self, text: str, editing: int | None = None) -> None:
         """Ask ``text`` (in place of message ``editing``), print the reply as it streams, then its summary."""
         self.run_exchange(self.controller.begin(text) if editing is None else self.controller.edit(editing, text))
+        if self.unsent and editing is not None and self.prompt is not None:
+            self.editing = editing  # refused before it began: what the prompt holds again is still that edit
 
     def answer_or_say_why(self, text: str, editing: int | None = None) -> None:
         try:
             self.answer(text, editing)
         except Refused as exc:  # refused before anything changed (a file that cannot be attached): kept to change
-            self.unsent, self.editing = text, editing
+            if self.prompt is not None:  # (piped lines go on: the next is a message of its own)
+                self.unsent, self.editing = text, editing
             self._problem(str(exc), True)
         except SpecchatError as exc:  # e.g. no model loaded after a failed switch: one line, the REPL goes on
             self._problem(str(exc), True)

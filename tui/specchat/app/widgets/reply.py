@@ -335,7 +335,7 @@ class ReplyView(Vertical):
         label = FINISH_LABELS.get(self.finish_reason or "")
         if self.finish_reason == "loop":
             stats = self.record.stats or {}
-            label = "↻ " + looped(stats.get("loop_span", 0), stats.get("loop_tokens", 0))
+            label = "↻ " + looped(stats.get("loop_span", 0), stats.get("loop_tokens", 0), stats.get("estimated", False))
         if label and self.status_line is None:
             self.status_line = Static(classes="reply-status")
             self.mount(self.status_line)
