@@ -78,6 +78,11 @@ def test_an_edit_keeps_the_old_branch_and_decodes_only_from_the_edit(controller,
     ask(controller, FIRST)
     second = ask(controller, SECOND)
     before = texts(controller.session)
+    synced = []
+    if kind == "in-process":  # the draft model's cache too: what its first sync after the edit decodes
+        draft_cache = controller.backend.engine.drafter.ctx
+        sync = draft_cache.sync
+        draft_cache.sync = lambda tokens: synced.append((list(tokens), sync(tokens))) or synced[-1][1]
     edited = answer(controller, controller.edit(0, EDITED))
     session = controller.session
     assert texts(session)[0] == EDITED and len(session.turns) == 2 and session.alternatives(0) == (2, 2)
@@ -91,6 +96,9 @@ def test_an_edit_keeps_the_old_branch_and_decodes_only_from_the_edit(controller,
     new = vocab.tokenize(backend.render([Message("system", SYSTEM), Message("user", EDITED)]), add_special=True)
     shared = common_prefix(old, new)
     assert edited.reused_tokens == shared and edited.stats["prefill_tokens"] == len(new) - shared
+    if synced:
+        tokens, decoded = synced[0]
+        assert tokens[:len(new)] == new and decoded == len(tokens) - shared  # the draft's from the edit point on
     # Both branches are whole, in memory and in the file, and moving between them changes nothing else.
     controller.show_alternative(0, -1)
     assert texts(session) == before and session.turns[3] is second and texts(reopened(controller)) == before

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend_kinds import write_profile
+from backend_kinds import SYSTEM, write_profile
 from specchat.app.chat_app import make_app
 from specchat.app.chat_list import HIT_STYLE, ConversationsScreen
 from specchat.app.screens import CodeBlockScreen, ConfirmScreen
@@ -16,6 +16,7 @@ from specchat.app.widgets.reply import ReplyView, UserMessage
 from specchat.chats.records import ReplyRecord
 from specchat.chats.session import ChatSession
 from specchat.chats.store import Store
+from specchat.engine import Message
 from specchat.repl.shell import ReplSettings
 from test_app import SIZE, ask, plain_text, wait_until
 from test_repl import CTRL_D, run_repl
@@ -96,7 +97,9 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         assert texts(app.conversation)[0] == EDITED and versions_shown(app) == ["‹ 2/2 ›"] and app.selected == 0
 
 
-async def test_fork_delete_rename_and_search_in_the_app(tmp_path, settings):
+@pytest.mark.parametrize("kind", KINDS)
+async def test_fork_delete_rename_and_search_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
+    settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
     settings.max_tokens = 24
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = pilot.app
@@ -104,14 +107,20 @@ async def test_fork_delete_rename_and_search_in_the_app(tmp_path, settings):
         await ask(pilot, "Écris une phrase avec « été ».")
         await ask(pilot, "写一首关于猫的诗")
         first_chat, before = app.conversation.id, texts(app.conversation)
-        await pilot.press("alt+up", "alt+up", "alt+f")  # fork at the second question
-        assert app.conversation.id != first_chat and texts(app.conversation) == before[:3]
-        assert shown_messages(app) == before[:3]
+        await pilot.press("alt+up", "alt+up", "alt+up", "alt+f")  # fork at the first reply
+        assert app.conversation.id != first_chat and texts(app.conversation) == before[:2]
+        assert shown_messages(app) == before[:2]
         assert texts(stored(settings.db_path, first_chat)) == before  # the forked chat is as it was
-        await pilot.press("alt+up", "alt+up", "alt+d")  # delete from the first reply on: asked first
+        # The fork goes on where it was cut: its next reply is plain decoding's after its two messages.
+        history = [Message("system", SYSTEM), Message("user", before[0]),
+                   Message("assistant", before[1], list(app.conversation.turns[1].tokens))]
+        follow = await ask(pilot, "写一首关于猫的诗")
+        assert follow.tokens == plain.answer(history, "写一首关于猫的诗", max_tokens=24)[0]
+        before = texts(app.conversation)
+        await pilot.press("alt+up", "alt+up", "alt+up", "alt+d")  # delete from the first reply on: asked first
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
-        assert texts(app.conversation) == before[:3]
+        assert texts(app.conversation) == before
         await pilot.press("alt+d", "y")
         assert texts(app.conversation) == before[:1] and shown_messages(app) == before[:1]
         assert texts(stored(settings.db_path, app.conversation.id)) == before[:1]
