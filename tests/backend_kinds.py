@@ -132,6 +132,12 @@ class PlainDecoding:
                 self.looped.add(events[-1].text)
         return self._cache[key]
 
+    def piece(self, token: int) -> bytes:
+        """A token's bytes, in the target's vocabulary."""
+        if not self._backends:
+            self.answer([], "Hi.", max_tokens=1)
+        return next(iter(self._backends.values())).engine.target.piece(token)
+
     def chat(self, texts: tuple[str, ...], *, n_ctx: int = 2048, max_tokens: int = 40,
              loop: bool = True) -> list[tuple[list[int], str]]:
         """Plain replies to ``texts`` in one chat."""

@@ -195,14 +195,9 @@ def test_a_damaged_version_is_said_in_one_line_kept_and_the_chat_opens(tmp_path)
     a = _chat(store, "Teas", "Write a haiku about tea.", "Leaves unfold in steam.")
     session = ChatSession(store, "tiny", None, lambda line, error: None)
     session.open(a)
-    session.branch(1)
-    record = session.add_reply("t")
-    record.segments, record.tokens, record.finish_reason = [("Steam.", "target")], [1], "stop"
-    session.reply_changed(record)
-    session.branch(1)
-    record = session.add_reply("t")
-    record.segments, record.tokens, record.finish_reason = [("Cups.", "target")], [1], "stop"
-    session.reply_changed(record)
+    for answer_again in ("Steam.", "Cups."):
+        session.branch(1)
+        finished_reply(session, answer_again)
     assert session.alternatives(1) == (3, 3)
     store.db.execute("UPDATE branches SET tail = x'00ff' WHERE ordinal = 0")  # the first answer's row, damaged
     said = []
@@ -233,15 +228,20 @@ def test_queries_and_highlights_on_worked_examples():
     assert matches("cat catalogue", "cat dog") == [(0, 3)]
 
 
+def finished_reply(session: ChatSession, text: str) -> None:
+    """A reply of one token with ``text``, finished and saved, as its events would leave it."""
+    record = session.add_reply("t")
+    record.segments, record.tokens, record.finish_reason = [(text, "target")], [1], "stop"
+    session.reply_changed(record)
+
+
 def _chat(store: Store, title: str, *messages: str) -> int:
     session = ChatSession(store, "tiny", None, lambda line, error: None)
     for i, text in enumerate(messages):
         if i % 2 == 0:
             session.add_user(text)
         else:
-            record = session.add_reply("t")
-            record.segments, record.tokens, record.finish_reason = [(text, "target")], [1], "stop"
-            session.reply_changed(record)
+            finished_reply(session, text)
     session.rename(title)
     return session.id
 

@@ -44,7 +44,7 @@ def test_a_prefill_stops_mid_batch_when_cancelled(make_engine):
     assert time.monotonic() - started < 5
     engine.new_chat()
     again = Run(list(engine.reply("Hello!", max_tokens=8)))  # the engine goes on from a consistent cache
-    assert again.finished.finish_reason in ("stop", "length") and again.tokens
+    assert again.finished.finish_reason in ("stop", "length", "loop") and again.tokens
 
 
 def test_a_server_stream_stops_while_the_server_is_still_reading_the_prompt(target_path, draft_path, llama_server):

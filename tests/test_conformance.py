@@ -16,7 +16,7 @@ from specchat.chats.controller import Refused
 from specchat.engine import Message
 from specchat.engine.events import ContextTrimmed, TokenEmitted
 from specchat.errors import BackendError
-from test_loops import LIMIT, LOOPS, first_loop
+from test_loops import LIMIT, LOOPS, loop_cut
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
 
@@ -142,7 +142,7 @@ def test_a_reply_in_a_loop_stops_where_plain_decoding_repeats_itself(kind, profi
                 assert full.startswith(record.text) and record.finish_reason in ("loop", "stop", "length")
                 assert record.finish_reason == "loop" or record.text == full
             else:
-                loop = first_loop(ids)
+                loop = loop_cut(ids, plain.piece)
                 n = loop[0] if loop else len(ids)
                 assert record.tokens == ids[:n] and record.finish_reason == ("loop" if loop else "length")
                 assert record.stats["loop_span"] == (loop[1] if loop else 0)
@@ -246,7 +246,7 @@ def test_a_server_killed_mid_reply(kind, profile, llama_server, target_path, dra
         assert record.finish_reason == "error" and len(record.segments) >= 12
         if kind == "managed":
             again = ask(controller, "Hello again.")
-            assert again.finish_reason in ("stop", "length") and controller.backend.pid != pid
+            assert again.finish_reason in ("stop", "length", "loop") and controller.backend.pid != pid
         else:
             exchange = controller.begin("Hello again.")
             failure = exchange.run(lambda _e: None)

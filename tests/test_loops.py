@@ -5,6 +5,7 @@ test_conformance_front_ends.py."""
 
 from __future__ import annotations
 
+import codecs
 import json
 import random
 from pathlib import Path
@@ -36,6 +37,22 @@ def first_loop(ids: list, rule: LoopRule = LoopRule()) -> tuple[int, int] | None
     return None
 
 
+def loop_cut(ids: list[int], piece) -> tuple[int, int] | None:
+    """Where a reply in a loop ends (``first_loop``), moved on to the token that ends a character when the loop was
+    completed inside one (``piece``: a token's bytes)."""
+    loop = first_loop(ids)
+    if loop is None:
+        return None
+    n, span = loop
+    while n < len(ids):
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        decoder.decode(b"".join(piece(t) for t in ids[:n]))
+        if not decoder.getstate()[0]:  # no bytes waiting for the rest of their character
+            break
+        n += 1
+    return n, span
+
+
 def watched(ids: list, rule: LoopRule = LoopRule()) -> tuple[int, int] | None:
     watch = LoopWatch(rule)
     for n, token in enumerate(ids, start=1):
@@ -57,6 +74,9 @@ def test_the_rule_on_worked_examples():
     cycles = [rng.randrange(3) for _ in range(40)] + [5, 6, 7, 8, 9, 10, 11] * 20
     assert watched(cycles) == first_loop(cycles) == (40 + 48, 7)
     assert watched(["a", "b"] * 30, LoopRule(repeats=2, min_tokens=4, window=8)) == (4, 2)  # any hashable token
+    watch = LoopWatch(LoopRule(repeats=2, min_tokens=4, window=8))
+    ended = [watch.add(t, whole) for t, whole in zip("abababab", (True,) * 3 + (False, False, True, True, True))]
+    assert ended == [False, False, False, False, False, True, True, True]  # seen at the 4th, ended at a whole one
 
 
 def test_the_rule_agrees_with_its_words_on_generated_replies():
@@ -137,7 +157,7 @@ def test_every_drafter_stops_at_plain_decodings_loop(make_engine, plain_replies,
         engine.new_chat()
         reply = run(engine, prompt, max_tokens=LIMIT)
         plain = plain_replies[prompt]
-        n, span = first_loop(plain)
+        n, span = loop_cut(plain, engine.target.piece)
         stats = reply.finished.stats
         assert reply.ids == plain[:n] and reply.finished.finish_reason == "loop"
         assert (stats.loop_span, stats.loop_tokens) == (span, max(3 * span, 48))

@@ -121,6 +121,7 @@ def test_versions_of_a_reply(snap_compare, tmp_path):
 async def searched(pilot) -> None:
     from specchat.chats.session import ChatSession
     from specchat.chats.store import Store
+    from test_branches import finished_reply
 
     app: SpecchatApp = pilot.app
     store = Store(pilot.app.settings.exports.parent / "search.sqlite3")
@@ -130,9 +131,7 @@ async def searched(pilot) -> None:
                             ("Código", ("Escribe código de ejemplo.", "```python\nprint('código')\n```"))):
         session = ChatSession(store, "tiny", None, lambda line, error: None)
         session.add_user(messages[0])
-        record = session.add_reply("")
-        record.segments, record.tokens, record.finish_reason = [(messages[1], "target")], [1], "stop"
-        session.reply_changed(record)
+        finished_reply(session, messages[1])
     app.conversation.store = store
     await pilot.press("ctrl+l")
     await pilot.pause()

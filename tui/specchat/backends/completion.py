@@ -117,7 +117,8 @@ class CompletionStream:
                     if event is not None:
                         yield event
                         # (An id not recovered is like no other token: two of them are no repeat.)
-                        if watch is not None and watch.add(token if token is not None else object()):
+                        whole = not reply.decoder.getstate()[0]
+                        if watch is not None and watch.add(token if token is not None else object(), whole):
                             finish = "loop"
                             reply.stats.loop_span, reply.stats.loop_tokens = watch.span, watch.covered
                             break

@@ -217,7 +217,7 @@ class Store:
         for table, columns in COLUMNS.items():
             try:
                 self.db.execute(f"SELECT {', '.join(columns)} FROM {table} LIMIT 0")
-            except sqlite3.OperationalError as exc:
+            except (sqlite3.OperationalError, UnicodeDecodeError) as exc:  # (the schema's text holds the damage)
                 raise DamagedDatabase(f"its schema is damaged: {exc}") from None
 
     def _check_search_index(self) -> None:
@@ -226,7 +226,7 @@ class Store:
         for table in ("messages_fts", "branches_fts"):
             try:
                 self.db.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
-            except sqlite3.DatabaseError as exc:
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
                 raise DamagedDatabase(f"its search index {table} is damaged: {exc}") from None
 
     def _migrate(self) -> None:

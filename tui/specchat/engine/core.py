@@ -66,7 +66,7 @@ class _Reply:
     loop: LoopWatch | None  # the reply's tokens watched for a loop, when the configuration stops one
     tokens: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
-    looped: bool = False  # the last token shown completed a loop: the reply ends there
+    looped: bool = False  # the reply ends after the last token shown: it completed a loop (and a character)
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
@@ -527,7 +527,7 @@ class Engine:
         self.chat.generated(token)
         elapsed = perf_counter() - reply.started
         stats.token_emitted(kind, step, elapsed)
-        if reply.loop is not None and reply.loop.add(token):
+        if reply.loop is not None and reply.loop.add(token, whole=not reply.decoder.getstate()[0]):
             reply.looped = True
             stats.loop_span, stats.loop_tokens = reply.loop.span, reply.loop.covered
         return TokenEmitted(token, text, kind, step, elapsed, judgement)

@@ -3,7 +3,8 @@
 Small models fall into cycles ("código de código de …", or a whole function written out again and again) and run to
 the token limit. The rule reads nothing but the reply's tokens, so every backend, both arms of an A/B and every
 benchmark runner stop at the same token: greedy output with speculation stays equal to plain decoding, cut at the
-same place. A speculative step that completes the cycle midway ends the reply there and counts as far as it was
+same place. A reply is never cut inside a character spelled over several tokens: it ends at the token that completes
+the character. A speculative step that completes the cycle midway ends the reply there and counts as far as it was
 shown (what it verified beyond is neither shown nor counted), as a llama-server's stream closed there is counted.
 """
 
@@ -47,8 +48,12 @@ class LoopWatch:
         self.span = 0  # the repeated span's length in tokens, once a loop is seen
         self.covered = 0  # tokens its copies cover at the end of the reply
 
-    def add(self, token: Hashable) -> bool:
-        """Whether the reply, with ``token``, ends in a loop."""
+    def add(self, token: Hashable, whole: bool = True) -> bool:
+        """Whether the reply ends after ``token``: it completes a loop, or one was completed before it, and ``whole``
+        says the text so far ends a whole character (a loop is never cut inside a character spelled over several
+        tokens: the reply goes on to the token that completes it)."""
+        if self.span:
+            return whole
         tokens, rule = self.tokens, self.rule
         tokens.append(token)
         if len(tokens) > 2 * rule.window:  # only the last window is ever read
@@ -61,7 +66,7 @@ class LoopWatch:
             # A stretch with period ``span`` equals itself shifted by one span (the last token first: it is cheap).
             if tokens[-1] == tokens[-1 - span] and tokens[n - stretch + span:] == tokens[n - stretch:n - span]:
                 self.span, self.covered = span, stretch
-                return True
+                return whole
         return False
 
 
