@@ -34,14 +34,16 @@ def build(path: Path, chats: int, messages: int, rng: random.Random) -> Store:
                 session.add_user(text)
                 continue
             if m % 20 == 19:  # a version kept unshown
-                record = session.add_reply("t")
-                record.segments, record.tokens, record.finish_reason = [(text, "target")], [1], "stop"
-                session.reply_changed(record)
+                finished_reply(session, text)
                 session.branch(len(session.turns) - 1)
-            record = session.add_reply("t")
-            record.segments, record.tokens, record.finish_reason = [(text, "target")], [1], "stop"
-            session.reply_changed(record)
+            finished_reply(session, text)
     return store
+
+
+def finished_reply(session: ChatSession, text: str) -> None:
+    record = session.add_reply("t")
+    record.segments, record.tokens, record.finish_reason = [(text, "target")], [1], "stop"
+    session.reply_changed(record)
 
 
 def timed(store: Store, words: str, repeat: int) -> tuple[float, int]:

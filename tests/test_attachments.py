@@ -11,7 +11,7 @@ from specchat.app.widgets.prompt import PromptInput
 from specchat.chats.attachments import MAX_BYTES, candidates, expand
 from specchat.errors import Refused
 from specchat.repl.shell import ReplSettings
-from test_app import SIZE, wait_until
+from test_app import SIZE, ready, wait_until
 from test_repl import CTRL_D, run_repl
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -92,8 +92,7 @@ def test_attaching_and_completing_in_the_repl(files, user_cache):
 
 async def test_attaching_and_completing_in_the_app(files, settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:
-        app = pilot.app
-        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        app = await ready(pilot)
         prompt = app.query_one(PromptInput)
         prompt.load_text("Summarise @image.png")
         prompt.move_cursor(prompt.document.end)

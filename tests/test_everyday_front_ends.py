@@ -18,7 +18,7 @@ from specchat.chats.session import ChatSession
 from specchat.chats.store import Store
 from specchat.engine import Message
 from specchat.repl.shell import ReplSettings
-from test_app import SIZE, ask, plain_text, wait_until
+from test_app import SIZE, ask, plain_text, ready, wait_until
 from test_repl import CTRL_D, run_repl
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -57,8 +57,7 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
     settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
     settings.max_tokens = 32
     async with make_app(settings).run_test(size=SIZE) as pilot:
-        app = pilot.app
-        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        app = await ready(pilot)
         await ask(pilot, FIRST)
         await ask(pilot, SECOND)
         before = texts(app.conversation)
@@ -102,8 +101,7 @@ async def test_fork_delete_rename_and_search_in_the_app(kind, tmp_path, settings
     settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
     settings.max_tokens = 24
     async with make_app(settings).run_test(size=SIZE) as pilot:
-        app = pilot.app
-        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        app = await ready(pilot)
         await ask(pilot, "Écris une phrase avec « été ».")
         await ask(pilot, "写一首关于猫的诗")
         first_chat, before = app.conversation.id, texts(app.conversation)
@@ -152,8 +150,7 @@ async def test_fork_delete_rename_and_search_in_the_app(kind, tmp_path, settings
 
 async def test_copying_any_code_block(settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:
-        app = pilot.app
-        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        app = await ready(pilot)
         record = ReplyRecord(segments=[("Two blocks:\n```python\nprint(1)\n```\nand\n```sh\necho two\nls\n```\n",
                                         "target")], tokens=[1], finish_reason="stop")
         app.conversation.add_user("code?")
@@ -199,8 +196,7 @@ async def test_any_span_of_a_reply_can_be_selected_and_copied(settings):
     """A drag over a reply selects its text as drawn (Textual's text selection); Ctrl+C copies it."""
     settings.max_tokens = 24
     async with make_app(settings).run_test(size=SIZE) as pilot:
-        app = pilot.app
-        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        app = await ready(pilot)
         view = await ask(pilot, "Name two planets.")
         body = view.body
         first_line = body._lines[0].plain
@@ -223,8 +219,7 @@ async def test_a_refused_edit_and_a_stale_selection_in_the_app(settings):
     the edit in the prompt; a selection or an edit of another chat never reaches the one shown."""
     settings.max_tokens = 16
     async with make_app(settings).run_test(size=SIZE) as pilot:
-        app = pilot.app
-        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        app = await ready(pilot)
         await ask(pilot, FIRST)
         await ask(pilot, SECOND)
         before = texts(app.conversation)
@@ -253,8 +248,7 @@ async def test_a_refused_edit_and_a_stale_selection_in_the_app(settings):
 async def test_deleting_a_chat_from_the_list_asks_first(tmp_path, settings):
     settings.max_tokens = 8
     async with make_app(settings).run_test(size=SIZE) as pilot:
-        app = pilot.app
-        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        app = await ready(pilot)
         await ask(pilot, FIRST)
         first = app.conversation.id
         await pilot.press("ctrl+n")

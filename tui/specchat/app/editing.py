@@ -36,10 +36,15 @@ class EditingActions:
             self.selected = None if self.selected >= len(turns) else max(self.selected, 0)
         self.show_selection()
 
+    def _still_selected(self) -> int | None:
+        """The selected turn, while the chat still has it (turns go with a deletion, a version shown, a refusal)."""
+        if self.selected is not None and self.selected >= len(self.conversation.turns):
+            self.selected = None
+        return self.selected
+
     def show_selection(self) -> None:
         turns = self.conversation.turns
-        if self.selected is not None and self.selected >= len(turns):
-            self.selected = None
+        self._still_selected()
         for i, turn in enumerate(turns):
             view = self.view_of(turn)
             if view is not None:
@@ -55,10 +60,9 @@ class EditingActions:
     def _chosen(self, user_only: bool = False) -> int | None:
         """The selected turn, else the last one (the last of the user's with ``user_only``)."""
         turns = self.conversation.turns
-        if self.selected is not None and self.selected >= len(turns):
-            self.selected = None
-        if self.selected is not None and (not user_only or isinstance(turns[self.selected], UserTurn)):
-            return self.selected
+        selected = self._still_selected()
+        if selected is not None and (not user_only or isinstance(turns[selected], UserTurn)):
+            return selected
         candidates = [i for i, t in enumerate(turns) if not user_only or isinstance(t, UserTurn)]
         return candidates[-1] if candidates else None
 
@@ -74,7 +78,7 @@ class EditingActions:
         if not self._idle_or_say():
             return
         session = self.conversation
-        index = self.selected if self.selected is not None and self.selected < len(session.turns) else None
+        index = self._still_selected()
         if index is None:  # the last message that has versions
             index = next((i for i in range(len(session.turns) - 1, -1, -1) if session.alternatives(i)), None)
         if index is None:

@@ -87,6 +87,13 @@ def _block(name: str, path: Path) -> str:
     return f"File `{name}`:\n{fence}{language}\n{content.rstrip(chr(10))}\n{fence}"
 
 
+def mention_before(text: str) -> str | None:
+    """The ``@word`` being typed at the end of ``text`` (the text before the cursor), without its "@"; None when the
+    last word is no mention."""
+    word = text.rsplit(None, 1)[-1] if text and not text[-1].isspace() else ""
+    return word[1:] if word.startswith("@") else None
+
+
 def candidates(word: str, base: Path, limit: int = 50) -> list[str]:
     """Completions of ``@word``: the files and folders (with a "/") under ``base`` whose path starts with it."""
     folder, _, stem = word.rpartition("/")

@@ -152,12 +152,8 @@ def _texts(tail: Tail) -> list[str]:
     return texts
 
 
-def _message_json(message: StoredMessage) -> dict:
-    return asdict(message)
-
-
 def _tail_json(tail: Tail, stored) -> dict:
-    return {"turns": [_message_json(stored(t)) for t in tail.turns],
+    return {"turns": [asdict(stored(t)) for t in tail.turns],
             "forks": [{"position": p, "alternatives": [None if a is None else _tail_json(a, stored)
                                                         for a in fork.alternatives]}
                       for p, fork in sorted(tail.forks.items())]}

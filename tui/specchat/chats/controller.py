@@ -328,16 +328,18 @@ class ChatController:
         return version + 1, where[1]
 
     def delete_from(self, index: int) -> None:
-        if not 0 <= index < len(self.session.turns):
-            raise Refused(f"no message {index + 1} in this chat — it has {len(self.session.turns)}")
-        self.session.delete_from(index)
+        self.session.delete_from(self._turn(index))
 
     def fork(self, index: int) -> None:
         """A new chat holding this one up to turn ``index`` (this one stays as it is)."""
+        self.session.fork(self._turn(index))
+        self.telemetry.reset_chat()
+
+    def _turn(self, index: int) -> int:
+        """``index``, refused in one line when the chat has no such turn."""
         if not 0 <= index < len(self.session.turns):
             raise Refused(f"no message {index + 1} in this chat — it has {len(self.session.turns)}")
-        self.session.fork(index)
-        self.telemetry.reset_chat()
+        return index
 
     def rename(self, title: str) -> None:
         if not title.strip():

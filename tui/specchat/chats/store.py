@@ -291,11 +291,14 @@ class Store:
     @_one_line_errors
     def delete(self, conversation_id: int) -> None:
         with self._transaction():
-            self.db.execute("DELETE FROM messages_fts WHERE rowid IN (SELECT id FROM messages WHERE conversation_id = ?)",
-                            (conversation_id,))
-            self.db.execute("DELETE FROM branches_fts WHERE rowid IN (SELECT id FROM branches WHERE conversation_id = ?)",
-                            (conversation_id,))
+            self._unindex("messages", "conversation_id = ?", (conversation_id,))
+            self._unindex("branches", "conversation_id = ?", (conversation_id,))
             self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def _unindex(self, table: str, where: str, args: tuple) -> None:
+        """Take ``table``'s rows that match ``where`` out of its search index (``{table}_fts``, keyed by their ids),
+        before they go: FTS5 rows are not deleted with the rows they index."""
+        self.db.execute(f"DELETE FROM {table}_fts WHERE rowid IN (SELECT id FROM {table} WHERE {where})", args)
 
     # -- messages ----------------------------------------------------------------------------------------------------
 
@@ -310,8 +313,7 @@ class Store:
         """
         now = time.time()
         with self._transaction():
-            self.db.execute("DELETE FROM messages_fts WHERE rowid IN (SELECT id FROM messages WHERE conversation_id = ?"
-                            " AND position >= ?)", (conversation_id, start))
+            self._unindex("messages", "conversation_id = ? AND position >= ?", (conversation_id, start))
             self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, start))
             for i, m in enumerate(messages):
                 cursor = self.db.execute(
@@ -323,8 +325,7 @@ class Store:
                 self.db.execute("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
                                 (cursor.lastrowid, indexed_text(m.content)))
             if branches is not None:
-                self.db.execute("DELETE FROM branches_fts WHERE rowid IN (SELECT id FROM branches WHERE"
-                                " conversation_id = ?)", (conversation_id,))
+                self._unindex("branches", "conversation_id = ?", (conversation_id,))
                 self.db.execute("DELETE FROM branches WHERE conversation_id = ?", (conversation_id,))
                 for row in branches:
                     cursor = self.db.execute("INSERT INTO branches (conversation_id, position, ordinal, tail) VALUES"

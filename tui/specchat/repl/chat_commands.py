@@ -77,15 +77,7 @@ def branch(repl: Repl, arg: str) -> None:
         return
     shown, count = repl.controller.show_alternative(index, -1 if direction == "prev" else 1)
     repl.say(f"message {index + 1}: version {shown} of {count}", "class:dim")
-    _print_from(repl, index)
-
-
-def _print_from(repl: Repl, index: int) -> None:
-    for turn in repl.session.turns[index:]:
-        if isinstance(turn, UserTurn):
-            repl.say(f"› {turn.text}", "class:dim")
-        else:
-            repl.print_record(turn)
+    repl.print_turns(index)
 
 
 def fork(repl: Repl, arg: str) -> None:
@@ -108,7 +100,7 @@ def delete(repl: Repl, arg: str) -> None:
     repl.say(f"deleted message {index + 1}" + (f" and the {count - 1} after it" if count > 1 else ""), "class:dim")
     if shown > 0:  # another version was there: it is shown now
         repl.say(f"message {index + 1} shows another of its versions now{versions(repl, index)}:", "class:dim")
-        _print_from(repl, index)
+        repl.print_turns(index)
 
 
 def title(repl: Repl, arg: str) -> None:

@@ -14,9 +14,8 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
 from .. import paths
-from ..chats.attachments import candidates
+from ..chats.attachments import candidates, mention_before
 from ..chats.choice import Choice
-from ..chats.records import UserTurn
 from ..chats.replay import NO_TRACE, Replay, step_lines, token_lines
 from ..errors import SpecchatError, one_line
 from ..figures import DASH
@@ -206,11 +205,7 @@ def _open(repl: Repl, arg: str) -> None:
         repl.say("usage: /open N, N from /chats", "class:warn")
         return
     repl.controller.open_chat(int(arg))
-    for turn in repl.session.turns:
-        if isinstance(turn, UserTurn):
-            repl.say(f"› {turn.text}", "class:dim")
-        else:
-            repl.print_record(turn)
+    repl.print_turns()
 
 
 def _export(repl: Repl, arg: str) -> None:
@@ -283,10 +278,10 @@ class PromptCompleter(Completer):
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
         text = document.text_before_cursor
-        word = text.rsplit(None, 1)[-1] if text and not text[-1].isspace() else ""
-        if word.startswith("@"):  # a file to attach (chats/attachments.py)
-            for path in candidates(word[1:], Path.cwd()):
-                yield Completion(path, -len(word) + 1, display_meta="folder" if path.endswith("/") else "file")
+        mention = mention_before(text)
+        if mention is not None:  # a file to attach (chats/attachments.py)
+            for path in candidates(mention, Path.cwd()):
+                yield Completion(path, -len(mention), display_meta="folder" if path.endswith("/") else "file")
             return
         if not text.startswith("/") or "\n" in text:
             return

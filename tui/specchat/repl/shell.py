@@ -100,6 +100,14 @@ class Repl(ControllerViews):
         """A line of the REPL's own (not model output)."""
         self._print(FormattedText([(style, line + "\n")]))
 
+    def print_turns(self, start: int = 0) -> None:
+        """The chat's turns from ``start`` on: the user's dimmed, the replies in their colours."""
+        for turn in self.session.turns[start:]:
+            if isinstance(turn, ReplyRecord):
+                self.print_record(turn)
+            else:
+                self.say(f"› {turn.text}", "class:dim")
+
     def print_record(self, record: ReplyRecord) -> None:
         fragments = []
         for i, (text, kind) in enumerate(record.segments):

@@ -10,7 +10,7 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
-from ...chats.attachments import candidates
+from ...chats.attachments import candidates, mention_before
 from ..keymap import INPUT_BINDINGS
 
 
@@ -52,17 +52,16 @@ class PromptInput(TextArea):
 
     def action_complete(self) -> None:
         row, column = self.cursor_location
-        before = self.document.get_line(row)[:column]
-        word = before.rsplit(None, 1)[-1] if before and not before[-1].isspace() else ""
-        if not word.startswith("@"):
+        mention = mention_before(self.document.get_line(row)[:column])
+        if mention is None:
             self.screen.focus_next()
             return
-        found = candidates(word[1:], Path.cwd())
+        found = candidates(mention, Path.cwd())
         common = os.path.commonprefix(found) if found else ""
-        if len(common) > len(word) - 1:
-            self.insert(common[len(word) - 1:])
+        if len(common) > len(mention):
+            self.insert(common[len(mention):])
         if len(found) != 1:
-            self.post_message(self.FilesFound(word, found))
+            self.post_message(self.FilesFound(f"@{mention}", found))
 
     def action_newline(self) -> None:
         self.insert("\n")

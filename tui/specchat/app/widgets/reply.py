@@ -344,12 +344,9 @@ class ReplyView(Vertical):
             self.status_line.display = label is not None
 
     def set_versions(self, versions: tuple[int, int], keys: str) -> None:
-        """A line above the reply: which of its versions (answers) this is."""
-        line = Static(versions_line(versions, keys), classes="versions")
-        if self._ready:
-            self.mount(line, before=self.body)
-        else:
-            self._versions = line
+        """A line above the reply, given before it is mounted: which of its versions (answers) this is. (A change
+        of versions draws the chat again.)"""
+        self._versions = Static(versions_line(versions, keys), classes="versions")
 
     def code_blocks(self) -> list[str]:
         return code_blocks(self.text)
