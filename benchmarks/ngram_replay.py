@@ -31,7 +31,8 @@ from specchat.bench.runners import task_history
 from specchat.bench.tasks import Task, load_tasks
 from specchat.engine import TokenEmitted
 from specchat.engine.auto import MatchHazards, VerifyCost
-from specchat.engine.core import AUTO_K_MAX, Engine
+from specchat.engine.adaptive import AUTO_K_MAX
+from specchat.engine.core import Engine
 from specchat.engine.costs import measure_verify_cost, sizes_up_to
 from specchat.engine.drafters import NgramDrafter
 from specchat.engine.llama import common_prefix

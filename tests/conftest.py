@@ -30,6 +30,15 @@ THREADS = 2
 REAL_CACHE = paths.cache_dir()  # taken at import, before any test points HOME elsewhere
 
 
+@pytest.fixture(autouse=True)
+def isolated_auto_memory(tmp_path, monkeypatch) -> Path:
+    """What "auto" learns is kept between processes (engine/auto_memory.py): each test starts from the priors, as a
+    first run does, whatever earlier tests taught it. (A test's own subprocesses keep it in their user cache.)"""
+    memory = tmp_path / "auto-memory.json"
+    monkeypatch.setattr(paths, "auto_memory_file", lambda: memory)
+    return memory
+
+
 @pytest.fixture
 def isolated_user_dirs(tmp_path, monkeypatch) -> None:
     """No real model folders, user profiles or keymaps leak into a test."""
@@ -122,7 +131,7 @@ def make_engine(target_path: Path, draft_path: Path) -> Iterator[EngineFactory]:
                 system_prompt: str | None = "You are a helpful assistant.", **spec) -> Engine:
         config = EngineConfig(
             target=ModelSpec(target_path, threads=THREADS),
-            draft=ModelSpec(draft_path, threads=THREADS) if method == "draft" else None,
+            draft=ModelSpec(draft_path, threads=THREADS) if method in ("draft", "ngram+draft") else None,
             spec=SpecConfig(method, **spec),
             sampling=sampling or SamplingParams(),
             n_ctx=n_ctx,

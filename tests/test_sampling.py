@@ -92,7 +92,7 @@ def test_impossible_sampling_parameters_are_refused():
             SamplingParams(**bad)
 
 
-@pytest.mark.parametrize("method", ["draft", "ngram"])
+@pytest.mark.parametrize("method", ["draft", "ngram", "ngram+draft"])
 def test_seeded_sampled_run_reproduces_exactly(method, make_engine):
     sampling = SamplingParams(temperature=0.9, seed=7)
     prompt = "Tell me a short story about a robot who learns to paint."
@@ -105,7 +105,12 @@ def test_seeded_sampled_run_reproduces_exactly(method, make_engine):
     assert other.ids != first.ids, "a different seed should give a different sample"
 
 
-def test_sampled_draft_tokens_follow_the_target_end_to_end(make_engine):
+@pytest.mark.parametrize("method, prompt", [
+    ("draft", "Say one word about the weather."),
+    # Copies where the prompt has a match (one-hot drafts judged by sampling the target), the draft model elsewhere.
+    ("ngram+draft", "Repeat after me: red green blue, red green blue, red green blue."),
+])
+def test_sampled_draft_tokens_follow_the_target_end_to_end(method, prompt, make_engine):
     """On the real pair: the tokens after a fixed prefix have the same distribution with and without a draft.
 
     Each reply is 5 tokens; token 1 comes from the prefill (no draft), tokens 2–5 from steps whose drafts of up to
@@ -115,30 +120,31 @@ def test_sampled_draft_tokens_follow_the_target_end_to_end(make_engine):
     """
     from scipy.stats import chi2_contingency
 
-    prompt = "Say one word about the weather."
     sampling = SamplingParams(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0, seed=0)
     replies: dict[str, list[list[int]]] = {}
-    longest = 0
-    for method in ("none", "draft"):
-        engine = make_engine(method, sampling=sampling, n_max=3)
-        replies[method] = []
+    longest = copied = 0
+    for name in ("none", method):
+        engine = make_engine(name, sampling=sampling, n_max=3)
+        replies[name] = []
         for _ in range(150):
             engine.new_chat()
             r = run(engine, prompt, max_tokens=5)
-            replies[method].append(r.ids)
+            replies[name].append(r.ids)
             longest = max([longest, *(s.drafted for s in r.steps)])
+            copied += r.finished.stats.copied_steps
     assert longest == 3  # drafts as long as n_max were judged
+    assert (copied > 20) == (method == "ngram+draft")
     for position in (1, 2, 3):
         counts = {m: {} for m in replies}
-        for method, runs in replies.items():
+        for name, runs in replies.items():
             for ids in runs:
                 key = ids[position] if len(ids) > position else -1  # -1: the reply had ended
-                counts[method][key] = counts[method].get(key, 0) + 1
-        keys = sorted(set(counts["none"]) | set(counts["draft"]),
-                      key=lambda k: -(counts["none"].get(k, 0) + counts["draft"].get(k, 0)))
+                counts[name][key] = counts[name].get(key, 0) + 1
+        keys = sorted(set(counts["none"]) | set(counts[method]),
+                      key=lambda k: -(counts["none"].get(k, 0) + counts[method].get(k, 0)))
         # Pool rare outcomes so every cell has a reasonable expectation.
         common, rest = keys[:6], keys[6:]
         table = [[counts[m].get(k, 0) for k in common] + [sum(counts[m].get(k, 0) for k in rest)]
-                 for m in ("none", "draft")]
+                 for m in ("none", method)]
         table = [list(col) for col in zip(*table) if sum(col) > 0]
         assert chi2_contingency(np.array(table).T).pvalue > 1e-3, (position, table)

@@ -54,3 +54,8 @@ def exports_dir() -> Path:
 
 def verify_costs_file() -> Path:
     return cache_dir() / "verify-costs.json"
+
+
+def auto_memory_file() -> Path:
+    """What ``n_max = "auto"`` learned, kept between processes (engine/auto_memory.py)."""
+    return cache_dir() / "auto-memory.json"

@@ -34,8 +34,14 @@ from .server_build import find_server
 from .server_process import ServerProcess
 
 # The llama.cpp spec type a profile's method means, when [backend] spec_type does not say.
-SPEC_TYPE_OF_METHOD = {"none": "none", "draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp"}
+SPEC_TYPE_OF_METHOD = {"none": "none", "draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp",
+                       "ngram+draft": "ngram-mod,draft-simple"}
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
+
+
+def uses_draft_model(kind: str) -> bool:
+    """Whether a spec type (or a comma-separated list of them) loads a separate draft model."""
+    return any(name.strip() in DRAFT_MODEL_TYPES for name in kind.split(","))
 SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
 PLAIN_RATE_TOKENS = 32
 BATCH = 512
@@ -57,7 +63,7 @@ def server_args(config: EngineConfig) -> list[str]:
             # The in-process engine's batches (512 tokens); and a request dropped mid-prompt (Esc) stops within one
             # of them, where llama-server's default of 2048 kept the server busy with the rest of the prompt.
             "-b", str(BATCH), "-ub", str(BATCH)]
-    if kind in DRAFT_MODEL_TYPES:
+    if uses_draft_model(kind):
         if config.draft is None:
             raise ConfigError(f"spec type {kind} needs a draft model — set [draft] model in the profile")
         args += ["-md", str(config.draft.path), "-td", str(config.draft.threads), "-ngld", str(config.draft.n_gpu_layers)]
@@ -356,7 +362,7 @@ class LlamaServerBackend:
         if self.process is None:
             return {}
         files = {"target": self.config.target.path}
-        if self.config.draft is not None and spec_type(self.config) in DRAFT_MODEL_TYPES:
+        if self.config.draft is not None and uses_draft_model(spec_type(self.config)):
             files["draft"] = self.config.draft.path
         return files
 

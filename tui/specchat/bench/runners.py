@@ -115,13 +115,14 @@ def specchat_runners(config: EngineConfig, *, warm: bool) -> list[BackendRunner]
 
 
 BASELINE = "specchat none"
-LLAMA_SERVER_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-mod", "draft-simple")
+LLAMA_SERVER_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-mod", "draft-simple", "ngram-mod,draft-simple")
+METHOD_OF_SPEC_TYPE = {"none": "none", "draft-simple": "draft", "ngram-mod,draft-simple": "ngram+draft"}
 
 
 def llama_server_runner(spec_type: str, config: EngineConfig, binary: str | None, *, warm: bool) -> BackendRunner:
     """llama.cpp's own server with one --spec-type on the profile's models: the same backend code as a profile with
     [backend] kind = "llama-server"."""
-    method = {"none": "none", "draft-simple": "draft"}.get(spec_type, "ngram")
+    method = METHOD_OF_SPEC_TYPE.get(spec_type, "ngram")
     n_max = config.spec.n_max if isinstance(config.spec.n_max, int) else 4
     peer = dataclasses.replace(config, spec=dataclasses.replace(config.spec, method=method, n_max=n_max),
                                backend=BackendSpec(kind="llama-server", spec_type=spec_type, binary=binary))

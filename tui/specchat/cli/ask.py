@@ -24,7 +24,7 @@ MAX_PROBS = 20  # each candidate is one more pass over the vocabulary per token
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
     add_profile_option(parser)
-    parser.add_argument("--method", choices=["none", "draft", "ngram"], help="override the profile's method")
+    parser.add_argument("--method", choices=["none", "draft", "ngram", "ngram+draft"], help="override the profile's method")
     parser.add_argument("--n-max", type=int, help="most draft tokens per step")
     parser.add_argument("--temperature", type=float, help="0 = greedy")
     parser.add_argument("--seed", type=int, help="sampling seed")

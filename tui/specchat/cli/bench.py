@@ -17,6 +17,7 @@ from ..bench.runners import (
     llama_server_runner,
     specchat_runners,
 )
+from ..backends.llama_server import uses_draft_model
 from ..bench.tasks import Task, load_tasks
 from ..engine import EngineConfig
 from ..errors import ConfigError, SpecchatError
@@ -126,8 +127,8 @@ def _open_peers(peers: list[tuple[str, str | None]], config: EngineConfig, warm:
     for peer, value in peers:
         if peer == "llama-server":
             for spec_type in LLAMA_SERVER_TYPES:
-                if spec_type == "draft-simple" and config.draft is None:
-                    errors.append("llama-server draft-simple skipped: the profile has no draft model")
+                if uses_draft_model(spec_type) and config.draft is None:
+                    errors.append(f"llama-server {spec_type} skipped: the profile has no draft model")
                     continue
                 try:
                     opened.append(llama_server_runner(spec_type, config, value, warm=warm))

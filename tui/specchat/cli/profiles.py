@@ -10,6 +10,7 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 
 from ..engine.compat import check_pair
+from ..engine.config import DRAFT_MODEL_METHODS
 from ..engine.gguf_header import read_metadata
 from ..errors import ConfigError, ModelError
 from ..figures import DASH
@@ -139,7 +140,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     failed = False
     pair: list[_Model] = []
     for role in ("target", "draft"):
-        if role == "draft" and method not in ("draft", "mtp"):
+        if role == "draft" and method not in (*DRAFT_MODEL_METHODS, "mtp"):
             continue
         located = _located(profile.values[role]["model"], profile)
         if located is None:
@@ -151,7 +152,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"profile {profile.name}: method {method}, n_ctx {profile.values['target']['n_ctx']}")
 
     print("\n1. Draft compatibility (llama.cpp's rule, read by llama.cpp without loading weights)")
-    if method != "draft":
+    if method not in DRAFT_MODEL_METHODS:
         print(f"   not applicable: method {method} uses no separate draft model" if method != "mtp" else
               "   not applicable: MTP heads live inside the target (llama-server --spec-type draft-mtp runs them)")
     elif len(pair) == 2 and all(m.located.path for m in pair):

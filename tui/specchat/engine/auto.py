@@ -65,11 +65,28 @@ class AutoDraftLength:
         self.probe_every = PROBE_EVERY
         self._since_probe = 0
         self._probing = False
-        self.ceiling = self.best(1.0, verify, draft_cost, k_max)[1]  # what a draft that is always right would gain
-        self.k, self.gain = self.best(self.acceptance, verify, draft_cost, k_max)
-        self.active = self.gain >= START_ABOVE
+        self.active = False
+        self.reprice(verify, draft_cost)
+
+    def reprice(self, verify: VerifyCost, draft_cost: float) -> bool:
+        """Take up costs learned since (``learned_costs``); returns True when that switched speculation on or off."""
+        self.verify, self.draft_cost = verify, draft_cost
+        self.ceiling = self.best(1.0, verify, draft_cost, self.k_max)[1]  # what a draft always right would gain
+        self._probe_k = self.best(max(PROBE_ACCEPTANCE, self._acceptance_to_win()), verify, draft_cost, self.k_max)[0]
+        was = self.active
+        self.k, self.gain = self.best(self.acceptance, verify, draft_cost, self.k_max)
+        self._switch(probed=False)
+        return self.active != was
+
+    def _switch(self, *, probed: bool) -> None:
+        """On or off by the expected gain, with a margin each way so an estimate near parity does not flap."""
+        if self.active and self.gain < STOP_BELOW:
+            self.active, self.probe_every, self._since_probe = False, PROBE_EVERY, 0
+        elif not self.active and self.gain >= START_ABOVE:
+            self.active, self.probe_every = True, PROBE_EVERY
+        elif probed:
+            self.probe_every = min(self.probe_every * 2, PROBE_EVERY_MAX)
         self.reason = "" if self.active else self._why_off()
-        self._probe_k = self.best(max(PROBE_ACCEPTANCE, self._acceptance_to_win()), verify, draft_cost, k_max)[0]
 
     @staticmethod
     def best(a: float, verify: VerifyCost, draft_cost: float, k_max: int) -> tuple[int, float]:
@@ -115,14 +132,28 @@ class AutoDraftLength:
         self.k, self.gain = self.best(self.acceptance, self.verify, self.draft_cost, self.k_max)
         was, probed = self.active, self._probing
         self._probing = False
-        if self.active and self.gain < STOP_BELOW:
-            self.active, self.probe_every, self._since_probe = False, PROBE_EVERY, 0
-        elif not self.active and self.gain >= START_ABOVE:
-            self.active, self.probe_every = True, PROBE_EVERY
-        elif probed:
-            self.probe_every = min(self.probe_every * 2, PROBE_EVERY_MAX)
-        self.reason = "" if self.active else self._why_off()
+        self._switch(probed=probed)
         return self.active != was
+
+    def state(self) -> dict:
+        """What was learned, for ``auto_memory``: the acceptance evidence and whether drafting was on."""
+        return {"evidence": [float(e) for e in self.evidence], "active": self.active, "probe_every": self.probe_every}
+
+    def restore(self, state: object) -> bool:
+        """Take up what an earlier process learned, if it is sane; returns whether it was."""
+        try:
+            evidence = [float(e) for e in state["evidence"]]  # type: ignore[index]
+            active, probe_every = state["active"], state["probe_every"]  # type: ignore[index]
+        except (TypeError, KeyError, ValueError):
+            return False
+        if (len(evidence) != 2 or not all(0 <= e <= MEMORY_STEPS * 1024 for e in evidence)
+                or not isinstance(active, bool) or not isinstance(probe_every, int)
+                or not PROBE_EVERY <= probe_every <= PROBE_EVERY_MAX):
+            return False
+        self.evidence, self.active, self.probe_every = evidence, active and not self.hopeless, probe_every
+        self.k, self.gain = self.best(self.acceptance, self.verify, self.draft_cost, self.k_max)
+        self._switch(probed=False)
+        return True
 
     def _acceptance_to_win(self) -> float:
         if self.hopeless:
@@ -170,9 +201,18 @@ class MatchHazards:
         self.edges = np.array([shortest for shortest, _ in HAZARD_CLASSES])
         self.prior = np.array([(1 - h, h) for _, h in HAZARD_CLASSES]) * HAZARD_PRIOR_WEIGHT
         self.evidence = np.zeros_like(self.prior)  # right and wrong judgements per class, faded
-        # Speed of a k-token draft yielding one token, relative to plain decoding, for k = 0 … k_max.
-        self._per_token = verify(1) / np.array([verify(k + 1) for k in range(k_max + 1)])
         self.k = 0  # the length chosen last
+        self._price(verify)
+
+    def reprice(self, verify: VerifyCost) -> bool:
+        """Take up costs learned since (``learned_costs``); returns True when that switched speculation on or off."""
+        was = self.active
+        self._price(verify)
+        return self.active != was
+
+    def _price(self, verify: VerifyCost) -> None:
+        # Speed of a k-token draft yielding one token, relative to plain decoding, for k = 0 … k_max.
+        self._per_token = verify(1) / np.array([verify(k + 1) for k in range(self.k_max + 1)])
         self._refresh()
 
     def hazards(self) -> np.ndarray:
@@ -202,6 +242,23 @@ class MatchHazards:
             np.add.at(self.evidence, (classes, np.where(judged, 0, 1)), 1.0)
         self._refresh()
         return self.active != was
+
+    def state(self) -> dict:
+        """What was learned, for ``auto_memory``: right and wrong judgements per match class."""
+        return {"classes": [int(e) for e in self.edges], "evidence": self.evidence.tolist()}
+
+    def restore(self, state: object) -> bool:
+        """Take up what an earlier process learned, if it is for the same classes and sane; returns whether it was."""
+        try:
+            classes, evidence = state["classes"], np.array(state["evidence"], dtype=float)  # type: ignore[index]
+        except (TypeError, KeyError, ValueError):
+            return False
+        if (list(classes) != self.edges.tolist() or evidence.shape != self.evidence.shape
+                or not np.all(np.isfinite(evidence)) or not np.all((evidence >= 0) & (evidence <= HAZARD_MEMORY * 1024))):
+            return False
+        self.evidence = evidence
+        self._refresh()
+        return True
 
     def _refresh(self) -> None:
         # log_survival[n] = log P(copied tokens at effective matches 0 … n - 1 all right); a draft from match m

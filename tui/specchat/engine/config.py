@@ -11,12 +11,19 @@ from ..errors import ConfigError
 from .loops import LoopRule
 from .sampling import SamplingParams
 
-METHODS = ("none", "draft", "ngram", "mtp")
+# "ngram+draft": the n-gram drafter's copy where the conversation has a match worth verifying, the draft model otherwise
+METHODS = ("none", "draft", "ngram", "ngram+draft", "mtp")
+DRAFT_MODEL_METHODS = ("draft", "ngram+draft")  # the methods that load [draft] model
 BACKENDS = ("local", "llama-server", "remote")
 # llama.cpp's --spec-type names (common/speculative.cpp)
 SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
               "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 APIS = ("auto", "llama.cpp", "openai")
+
+
+def known_spec_type(value: str) -> bool:
+    """One of llama.cpp's spec types, or a comma-separated list of them (the first that drafts wins, n-grams first)."""
+    return all(name.strip() in SPEC_TYPES for name in value.split(","))
 # The target's KV cache types. q8_0 and bf16 keep a verify batch bit-identical to one-at-a-time decoding; f16 does not
 # on the CPU beyond 256 tokens of context (llama.cpp splits a lone token's f16 attention across threads).
 KV_CACHES = ("q8_0", "bf16", "f16")
@@ -64,6 +71,15 @@ class SpecConfig:
     def adaptive(self) -> bool:
         return self.n_max == "auto"
 
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.method in DRAFT_MODEL_METHODS
+
+    @property
+    def copies(self) -> bool:
+        """Drafts by copying earlier text (the n-gram drafter)."""
+        return self.method in ("ngram", "ngram+draft")
+
 
 @dataclass(frozen=True)
 class BackendSpec:
@@ -82,8 +98,9 @@ class BackendSpec:
     def __post_init__(self) -> None:
         if self.kind not in BACKENDS:
             raise ConfigError(f"unknown backend {self.kind!r} — use one of {', '.join(BACKENDS)}")
-        if self.spec_type is not None and self.spec_type not in SPEC_TYPES:
-            raise ConfigError(f"unknown spec type {self.spec_type!r} — llama.cpp's are {', '.join(SPEC_TYPES)}")
+        if self.spec_type is not None and not known_spec_type(self.spec_type):
+            raise ConfigError(f"unknown spec type {self.spec_type!r} — llama.cpp's are {', '.join(SPEC_TYPES)}, or a"
+                              " comma-separated list of them")
         if self.kind == "remote" and not self.url:
             raise ConfigError("a remote backend needs [backend] url, e.g. \"http://gpu-box:8080\"")
         if self.api not in APIS:
@@ -109,8 +126,8 @@ class EngineConfig:
             raise ConfigError(f"n_ctx must be ≥ 64 tokens, got {self.n_ctx}")
         if self.kv_cache not in KV_CACHES:
             raise ConfigError(f"unknown KV cache type {self.kv_cache!r} — use one of {', '.join(KV_CACHES)}")
-        if self.spec.method == "draft" and self.draft is None and self.backend.kind != "remote":
-            raise ConfigError("method 'draft' needs a draft model — set [draft] model in the profile")
+        if self.spec.uses_draft_model and self.draft is None and self.backend.kind != "remote":
+            raise ConfigError(f"method '{self.spec.method}' needs a draft model — set [draft] model in the profile")
         if self.spec.method == "mtp" and self.backend.kind == "local":
             raise ConfigError("method 'mtp' needs a llama.cpp server (multi-token prediction heads run there, not in"
                               " specchat's own loop) — set [backend] kind = \"llama-server\"")

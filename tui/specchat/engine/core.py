@@ -18,14 +18,18 @@ import numpy as np
 
 from .. import paths
 from ..errors import ConfigError
-from .auto import AutoDraftLength, MatchHazards, VerifyCost
+from .adaptive import AUTO_K_MAX, Adaptive
+from .auto import VerifyCost
+from .auto_memory import AutoMemory
 from .candidates import Ranked, RowJudgement, ranked
 from .chat_template import ChatTemplate
 from .config import DEFAULT_MAX_TOKENS, SWITCHED_OFF_BY_HAND, EngineConfig, SpecConfig
 from .conversation import Conversation, Message
+from .combined import NgramThenModel
 from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
 from .cpu import ThreadGovernor
 from .drafters import Draft, Drafter, NgramDrafter
+from .learned_costs import LearnedVerifyCost
 from .events import (
     Candidate,
     DraftRejected,
@@ -51,7 +55,6 @@ from .stats import ReplyStats, rate
 __all__ = ["Engine", "Message"]
 
 PLAIN_RATE_TOKENS = 32  # tokens of the plain run that gives "vs plain" its reference
-AUTO_K_MAX = {"draft": 16, "ngram": 64}  # longest draft "auto" considers: model drafts cost per token, n-grams not
 RECALL_CONTEXT = 32  # prompt tokens remembered before each reply, so asking again matches them
 
 
@@ -79,12 +82,13 @@ class Engine:
         self.config = config
         self._target = LoadedTarget.open(config)
         try:
-            self._draft = LoadedDraft.open(config) if config.spec.method == "draft" else None
+            self._draft = LoadedDraft.open(config) if config.spec.uses_draft_model else None
         except BaseException:
             self._target.close()
             raise
         self.chat = Conversation(self._target.model, self._target.template)
-        self._learned: dict[tuple[SpecConfig, object], AutoDraftLength | MatchHazards] = {}
+        self._learned: dict[tuple[SpecConfig, object], Adaptive] = {}
+        self._learned_costs: dict[str, LearnedVerifyCost] = {}  # per target, threads and sweep: shared by methods
         self._ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
         self._configure_speculation()
         self._governor = self._new_governor()
@@ -121,7 +125,7 @@ class Engine:
         """What the configuration does differently from what it says, each as one line to show once."""
         notes = [self.template.note] if self.template.note else []
         spec, sampling = self.config.spec, self.config.sampling
-        if spec.method == "draft" and spec.n_min > 0 and not sampling.greedy:
+        if spec.uses_draft_model and spec.n_min > 0 and not sampling.greedy:
             notes.append(f"n_min {spec.n_min} applies only at temperature 0: dropping a sampled draft for being short"
                          " would bias the output, so short sampled drafts are verified too")
         if self.config.kv_cache == "f16" and self.config.target.n_gpu_layers == 0 and spec.method != "none":
@@ -154,13 +158,14 @@ class Engine:
         if target_identity(config) != target_identity(old):
             target = LoadedTarget.open(config)
             try:
-                draft = LoadedDraft.open(config) if config.spec.method == "draft" else None
+                draft = LoadedDraft.open(config) if config.spec.uses_draft_model else None
             except BaseException:
                 target.close()
                 raise
             self.close()
             self._target, self._draft, self.config = target, draft, config
             self._learned.clear()  # what was learned about the old target means nothing for the new one
+            self._learned_costs.clear()
             self._ngram.forget()  # nor are its token ids the new target's
             messages = [Message(m.role, m.content, None, m.finish_reason) for m in self.messages]
             self.chat = Conversation(target.model, target.template)
@@ -170,7 +175,7 @@ class Engine:
             self.restore(messages)
             return "full reload"
         action = "parameters"
-        wanted_draft = config.draft if config.spec.method == "draft" else None
+        wanted_draft = config.draft if config.spec.uses_draft_model else None
         if wanted_draft is not None and (self._draft is None or self._draft.identity != draft_identity(wanted_draft)):
             draft = LoadedDraft.open(config)
             if self._draft is not None:
@@ -220,14 +225,20 @@ class Engine:
         self._auto = None
         self._verify = None
         if spec.method != "none":
-            longest = AUTO_K_MAX[spec.method] if spec.adaptive else int(spec.n_max)
+            longest = max(AUTO_K_MAX.values()) if spec.adaptive else int(spec.n_max)
             self._verify = self._costs(self.target, self.ctx, self.config.target, sizes_up_to(longest + 1))
         if spec.adaptive and self._verify is not None:
             # What "auto" learned about a configuration survives a switch away and back (an A/B run, a toggle).
             key = (spec, self._draft.identity if self._draft is not None else None)
             if key not in self._learned:
-                self._learned[key] = self._new_auto(spec.method, self._verify)
+                self._learned[key] = self._new_auto(self._verify)
             self._auto = self._learned[key]
+        self._combined = None
+        if spec.method == "ngram+draft" and self._draft is not None:
+            auto, fixed = self._auto, int(spec.n_max) if not spec.adaptive else 0
+            copy_length = auto.hazards.plan if auto is not None and auto.hazards is not None else lambda _match: fixed
+            model_length = auto.acceptance.plan if auto is not None and auto.acceptance is not None else lambda: fixed
+            self._combined = NgramThenModel(self._ngram, self._draft.drafter, copy_length, model_length)
         seed = sampling.seed
         self.rules = Rules(sampling, np.random.default_rng(seed), np.random.default_rng(seed + 1), self.target,
                            n_min=spec.n_min, p_min=spec.p_min)
@@ -238,20 +249,34 @@ class Engine:
         limit, when not even two rows were exact — see ``notes``)."""
         return self._verify.exact if self._verify is not None and self._verify.exact >= 2 else None
 
-    def _new_auto(self, method: str, verify: VerifyCost) -> AutoDraftLength | MatchHazards:
-        k_max = min(AUTO_K_MAX[method], (self.max_verify or AUTO_K_MAX[method] + 1) - 1)
-        if method == "ngram":
-            return MatchHazards(verify, k_max)
-        assert self._draft is not None and self.config.draft is not None
-        draft_cost = self._costs(self._draft.model, self._draft.ctx, self.config.draft, (1,)).seconds[0]
-        return AutoDraftLength(verify, draft_cost, k_max)
+    def _new_auto(self, verify: VerifyCost) -> Adaptive:
+        """The draft-length policies of "auto", with what this target's costs and an earlier process taught them."""
+        spec, sampling = self.config.spec, self.config.sampling
+        exact = self.max_verify or max(AUTO_K_MAX.values()) + 1
+        k_max = {kind: min(longest, exact - 1) for kind, longest in AUTO_K_MAX.items()}
+        costs_key = f"costs|{self._cost_key(self.target, self.ctx, self.config.target)}|sizes={verify.sizes}"
+        if costs_key not in self._learned_costs:
+            self._learned_costs[costs_key] = LearnedVerifyCost(verify, self._depth_slope())
+        draft_cost = None
+        if spec.uses_draft_model:
+            assert self._draft is not None and self.config.draft is not None
+            draft_cost = self._costs(self._draft.model, self._draft.ctx, self.config.draft, (1,)).seconds[0]
+        draft = self._draft.model.identity if self._draft is not None else None
+        key = (f"auto|{self.target.identity}|kv={self.ctx.kv_cache}|{spec.method}|draft={draft}|n_min={spec.n_min}"
+               f"|p_min={spec.p_min}|ngram={spec.ngram_min}-{spec.ngram_max}|temperature={sampling.temperature}"
+               f"|top_k={sampling.top_k}|top_p={sampling.top_p}|min_p={sampling.min_p}")
+        return Adaptive.open(self._learned_costs[costs_key], spec.method, k_max, draft_cost,
+                             AutoMemory(paths.auto_memory_file()), key, costs_key, len(self.tokens))
 
     @staticmethod
-    def _costs(model: Model, ctx: Context, spec, sizes: tuple[int, ...]) -> VerifyCost:
-        key = (f"{model.identity}|threads={spec.threads}|gpu_layers={spec.n_gpu_layers}|kv={ctx.kv_cache}"
-               f"|llama.cpp {lc.__version__}")
+    def _cost_key(model: Model, ctx: Context, spec) -> str:
+        return (f"{model.identity}|threads={spec.threads}|gpu_layers={spec.n_gpu_layers}|kv={ctx.kv_cache}"
+                f"|llama.cpp {lc.__version__}")
+
+    @classmethod
+    def _costs(cls, model: Model, ctx: Context, spec, sizes: tuple[int, ...]) -> VerifyCost:
         token = max(model.bos, 0)
-        return CostCache(paths.verify_costs_file()).get(f"{key}|sizes={sizes}",
+        return CostCache(paths.verify_costs_file()).get(f"{cls._cost_key(model, ctx, spec)}|sizes={sizes}",
                                                         lambda: measure_verify_cost(ctx, token, sizes))
 
     @property
@@ -261,6 +286,8 @@ class Engine:
             return self._draft.drafter
         if method == "ngram":
             return self._ngram
+        if method == "ngram+draft":
+            return self._combined
         return None
 
     def speculation_state(self) -> SpeculationState:
@@ -343,9 +370,7 @@ class Engine:
                                        f"a plain run of {tokens} tokens after loading, same loop")
 
     def _depth_slope(self) -> float:
-        spec = self.config.target
-        key = (f"{self.target.identity}|threads={spec.threads}|gpu_layers={spec.n_gpu_layers}|kv={self.ctx.kv_cache}"
-               f"|llama.cpp {lc.__version__}|depth slope")
+        key = f"{self._cost_key(self.target, self.ctx, self.config.target)}|depth slope"
         token = max(self.target.bos, 0)
         return CostCache(paths.verify_costs_file()).get_slope(key, lambda: measure_depth_slope(self.ctx, token))
 
@@ -418,8 +443,9 @@ class Engine:
                     # Room for the target's own token after the draft, so every judged token can be shown.
                     limit = min(room, max_tokens - stats.generated - 1, (self.max_verify or self.ctx.n_batch) - 1)
                     k, choose = self._draft_length(limit)
+                    depth = len(self.ctx.cached)
                     outcome = speculate(self.ctx, self.tokens, self.drafter, k, reply.rules, choose)
-                    yield from self._step_events(reply, outcome, step)
+                    yield from self._step_events(reply, outcome, step, depth)
                     if reply.looped:
                         finish = "loop"
                     elif outcome.ends_reply:
@@ -444,6 +470,8 @@ class Engine:
             self.chat.end_turn(text, list(reply.tokens), finish)
             if reply.tokens:  # drafts for asking again, regenerating, an A/B rerun
                 self._ngram.remember(recall + reply.tokens)
+            if self._auto is not None:
+                self._auto.keep()  # the next process starts from here
             stats.context_used = len(self.tokens)
             stats.threads = self.threads
             stats.t_total = perf_counter() - started
@@ -454,11 +482,15 @@ class Engine:
         auto = self._auto
         if auto is None:
             return min(self.n_max, limit), None
-        if isinstance(auto, MatchHazards):
-            return limit, lambda match: min(auto.plan(match), limit)
-        return min(auto.plan(), limit), None
+        if auto.calibrating:
+            return 0, None
+        hazards = auto.hazards
+        if hazards is not None:  # the n-gram copy is chosen after seeing it (and the combined method asks the model's
+            return limit, lambda match: min(auto.lengthen(hazards.plan(match)), limit)  # its policy itself when it
+        assert auto.acceptance is not None                                                 # does not copy)
+        return min(auto.lengthen(auto.acceptance.plan()), limit), None
 
-    def _step_events(self, reply: _Reply, outcome: StepOutcome, step: int) -> Iterator[Event]:
+    def _step_events(self, reply: _Reply, outcome: StepOutcome, step: int, depth: int) -> Iterator[Event]:
         """A step's events in the documented order: accepted tokens, rejected tail, the target's token, counts."""
         stats = reply.stats
         stats.t_draft += outcome.t_draft
@@ -470,18 +502,15 @@ class Engine:
             if reply.looped:  # a loop completed midway: the reply ends here, the step counts as far as it was shown
                 drafted = accepted = i + 1
                 break
-        stats.record_step(drafted, accepted, outcome.ignored, outcome.withheld)
+        stats.record_step(drafted, accepted, outcome.ignored, outcome.withheld, outcome.draft.from_text)
         if outcome.rejected and not reply.looped:
             tail = outcome.rejected
             yield DraftRejected(tuple(tail), self.target.detokenize([t for t in tail if t < self.target.n_vocab]), step,
                                 tuple(self._text(t) for t in tail))
         if outcome.token is not None and not self.target.is_eog(outcome.token) and not reply.looped:
             yield self._emit(reply, outcome.token, outcome.kind, step, self._judgement(rows, draft, outcome.n_accepted))
-        auto = self._auto
-        if isinstance(auto, MatchHazards):
-            auto.observe(outcome.match, outcome.judgements())
-        elif auto is not None:
-            auto.observe(outcome.drafted, outcome.n_accepted)
+        if self._auto is not None:
+            self._auto.observe(outcome, depth, self._combined.proposal if self._combined is not None else None)
         if self.drafter is not None:
             self.drafter.notice(self.tokens)
         state = self.speculation_state()  # "auto" switched, or the drafter met a token it cannot read

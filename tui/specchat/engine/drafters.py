@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -28,6 +28,7 @@ class Draft:
     rows: np.ndarray | None = None
     copied: list[int] | None = None
     remembered: bool = False
+    from_text: bool = False  # copied from earlier text (the n-gram drafter), not guessed by a model
 
 
 NO_DRAFT = Draft([])
@@ -199,11 +200,11 @@ class NgramDrafter:
                 break  # the copies diverge here, or none goes further
             tokens.append(ahead.pop())
         if not rules.top:
-            return Draft(tokens, match=best)
+            return Draft(tokens, match=best, from_text=True)
         source, follow = group[0]  # the best-ranked occurrence that agreed: the text shown as the copy's source
         start = follow - self._match_length(seq, source, follow, n)
         return Draft(tokens, match=best, copied=list(source[start: follow + len(tokens)]),
-                     remembered=source is self._memory)
+                     remembered=source is self._memory, from_text=True)
 
     def _match_length(self, seq: Sequence[int], source: Sequence[int], follow: int, n: int) -> int:
         """How many tokens before ``follow`` in ``source`` equal the end of ``seq`` (at least the key's ``n``)."""
@@ -214,4 +215,18 @@ class NgramDrafter:
         return length
 
 
-Drafter = ModelDrafter | NgramDrafter
+class Drafter(Protocol):
+    """What the step loop asks of a source of draft tokens (``ModelDrafter``, ``NgramDrafter``, ``NgramThenModel``)."""
+
+    @property
+    def blocked(self) -> str:
+        """Why it cannot draft now, or "" when it can."""
+        ...
+
+    def notice(self, seq: Sequence[int]) -> None:
+        """The conversation changed to ``seq``: check whether it can still read it."""
+        ...
+
+    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
+        """At most ``n_max`` tokens to follow ``seq``."""
+        ...

@@ -78,21 +78,21 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
               choose: Callable[[int], int] | None = None) -> StepOutcome:
     """One step after ``tokens`` (the conversation; the target's cache holds all but its last token).
 
-    ``k`` is the most draft tokens to verify; ``choose``, when given, decides from a proposed draft's match length
-    how many of them (n-gram drafts cost nothing to propose, so their length is chosen after seeing them).
+    ``k`` is the most draft tokens to verify; ``choose``, when given, decides from a copied draft's match length how
+    many of them (n-gram drafts cost nothing to propose, so their length is chosen after seeing them).
     """
     # 1. Draft.
     start = perf_counter()
     draft = drafter.propose(tokens, k, rules) if drafter is not None and k > 0 else NO_DRAFT
     proposal = draft.tokens
-    if choose is not None and draft.tokens:
+    if choose is not None and draft.tokens and draft.from_text:
         kept = choose(draft.match)
         copied = draft.copied[: len(draft.copied) - len(draft.tokens) + kept] if draft.copied else None
         draft = replace(draft, tokens=draft.tokens[:kept], copied=copied)
     t_draft = perf_counter() - start
     ignored = 0
     if draft.q is None and 0 < len(draft.tokens) < rules.n_min:
-        ignored, draft = len(draft.tokens), Draft([], None, draft.withheld, draft.match)
+        ignored, draft = len(draft.tokens), Draft([], None, draft.withheld, draft.match, from_text=draft.from_text)
     next_proposed = proposal[len(draft.tokens)] if draft.q is None and len(proposal) > len(draft.tokens) else None
 
     # 2. Verify in one batch. A drafted id the target does not have cannot be decoded; it is rejected (p = 0), so

@@ -38,6 +38,7 @@ class ReplyStats:
     generated: int = 0
     steps: int = 0  # verify steps (target decodes after the prefill)
     drafting_steps: int = 0  # verify steps that judged a draft
+    copied_steps: int = 0  # of those, the steps whose draft was copied from earlier text (n-gram), not a model's
     drafted: int = 0
     accepted: int = 0
     rejected: int = 0
@@ -73,13 +74,15 @@ class ReplyStats:
         self.last_step = step
         self.t_last_token = elapsed
 
-    def record_step(self, drafted: int, accepted: int, ignored: int = 0, withheld: int = 0) -> None:
+    def record_step(self, drafted: int, accepted: int, ignored: int = 0, withheld: int = 0, copied: bool = False) -> None:
+        """``copied``: the draft was copied from earlier text (an n-gram draft), not guessed by a draft model."""
         self.steps += 1
         self.ignored += ignored
         self.withheld += withheld
         if drafted == 0:
             return
         self.drafting_steps += 1
+        self.copied_steps += copied
         self.drafted += drafted
         self.accepted += accepted
         self.rejected += drafted - accepted

@@ -3,6 +3,7 @@ the load failing after Enter. Only looks (paths and the model folders); nothing 
 
 from __future__ import annotations
 
+from ..engine.config import DRAFT_MODEL_METHODS
 from .models import EMBEDDED, locate
 from .schema import Profile, model_base
 
@@ -13,7 +14,7 @@ def absent_models(profile: Profile) -> str:
     if profile.backend_kind == "remote":
         return ""
     wanted = [("target", profile.values["target"]["model"])]
-    if profile.method == "draft":
+    if profile.method in DRAFT_MODEL_METHODS:
         wanted.append(("draft", profile.values["draft"]["model"]))
     base = model_base(profile)
     try:

@@ -23,6 +23,7 @@ from ..engine.config import (
     APIS,
     BACKENDS,
     KV_CACHES,
+    DRAFT_MODEL_METHODS,
     METHODS,
     SPEC_TYPES,
     BackendSpec,
@@ -30,6 +31,7 @@ from ..engine.config import (
     ModelSpec,
     SpecConfig,
     default_threads,
+    known_spec_type,
 )
 from ..engine.loops import LoopRule
 from ..engine.sampling import SamplingParams
@@ -111,7 +113,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "backend": {
         "kind": Key(str, "local", f"one of {', '.join(BACKENDS)}", lambda v: v in BACKENDS),
-        "spec_type": Key(str, None, f"one of llama.cpp's spec types: {', '.join(SPEC_TYPES)}", lambda v: v in SPEC_TYPES),
+        "spec_type": Key(str, None, f"one of llama.cpp's spec types, or a comma-separated list of them:"
+                         f" {', '.join(SPEC_TYPES)}", known_spec_type),
         "binary": Key(str, None, "the path of a llama-server binary"),
         "url": Key(str, None, 'an http:// or https:// URL, e.g. "http://gpu-box:8080"',
                    lambda v: v.startswith(("http://", "https://"))),
@@ -215,8 +218,9 @@ def parse_profile(source: str, path: Path | None = None, name: str | None = None
     if values["target"]["model"] is None and values["backend"]["kind"] != "remote":
         raise ConfigError(f"{label}: [target] model is missing — name the GGUF to chat with")
     draft = values["draft"]
-    if draft["method"] == "draft" and draft["model"] is None:
-        raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method 'draft' needs [draft] model — name a draft GGUF")
+    if draft["method"] in DRAFT_MODEL_METHODS and draft["model"] is None:
+        raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method '{draft['method']}' needs [draft] model —"
+                          " name a draft GGUF")
     if draft["n_max"] != "auto" and draft["n_min"] > draft["n_max"]:
         raise ConfigError(f"{_where(path, source, 'draft', 'n_min')}: n_min {draft['n_min']} exceeds n_max {draft['n_max']}")
     if draft["ngram_min"] > draft["ngram_max"]:
@@ -333,7 +337,7 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
             target_path = Path("remote")
         target_spec = ModelSpec(target_path, target["n_gpu_layers"], target["threads"] or default_threads())
         draft_spec = None
-        if spec.method == "draft" and not remote:
+        if spec.uses_draft_model and not remote:
             draft_spec = ModelSpec(
                 models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], draft["threads"] or default_threads()
             )

@@ -1,0 +1,148 @@
+"""``n_max = "auto"`` for one configuration: its draft-length policies, the verify costs they learn from every step the
+engine times (``learned_costs``), and what is kept from one process to the next (``auto_memory``).
+
+A configuration drafting with a model has an ``AutoDraftLength``; one copying earlier text has ``MatchHazards``; the
+combined method (``combined``) has both. The policies decide; this only feeds them what each step showed and keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .auto import AutoDraftLength, MatchHazards, VerifyCost
+from .auto_memory import AutoMemory
+from .learned_costs import LearnedDraftCost, LearnedVerifyCost, moved
+from .loop import StepOutcome
+
+AUTO_K_MAX = {"draft": 16, "ngram": 64}  # longest draft "auto" considers: model drafts cost per token, n-grams not
+# A plain step now and then, when drafting never pauses: the plain step is what every draft is compared with, and
+# without timing one the learned costs cannot tell a machine that slowed everything from one that slowed big batches.
+# (One step in 32 at most 1 / 32 of the way slower: under 1 % of a 1.3× speed-up.)
+CALIBRATE_EVERY = 32
+# And one step in 16 drafts twice as long as planned, when the proposal allows: it times a size the policy would not
+# choose, so a size the sweep made look too dear (a busy minute) is found out; doubling climbs to the right one. (Near
+# the best length the gain is flat: such a step loses a few per cent of its gain, well under 1 % overall.)
+EXPLORE_EVERY = 16
+EXPLORE_FACTOR = 2
+
+
+def exploring(step: int) -> bool:
+    """Whether the step numbered ``step`` (from 0) drafts ``EXPLORE_FACTOR`` times as long as planned."""
+    return step % EXPLORE_EVERY == EXPLORE_EVERY // 2
+
+
+@dataclass
+class Adaptive:
+    costs: LearnedVerifyCost
+    hazards: MatchHazards | None  # n-gram drafts
+    acceptance: AutoDraftLength | None  # model drafts
+    draft_cost: LearnedDraftCost | None
+    memory: AutoMemory
+    key: str  # of the policies' state in the memory
+    costs_key: str  # of the learned costs', shared by every configuration of the same target and threads
+    priced: VerifyCost  # the curve the policies were last priced with
+    priced_draft: float = 0.0
+    model_drafted_last: bool = False  # the previous step verified a model draft (the draft model is caught up)
+    since_plain: int = 0  # steps since the last plain one
+    steps: int = 0  # steps learned from
+
+    @classmethod
+    def open(cls, costs: LearnedVerifyCost, method: str, k_max: dict[str, int], draft_cost: float | None,
+             memory: AutoMemory, key: str, costs_key: str, depth: int) -> Adaptive:
+        """The policies for ``method`` ("draft", "ngram" or "ngram+draft"), taking up what an earlier process kept."""
+        costs.restore(memory.recall(costs_key))
+        priced = costs.at(depth)
+        hazards = MatchHazards(priced, k_max["ngram"]) if "ngram" in method else None
+        learned_draft = LearnedDraftCost(draft_cost) if draft_cost is not None else None
+        acceptance = None
+        if learned_draft is not None:
+            state = memory.recall(key)
+            learned_draft.restore(state.get("draft cost") if isinstance(state, dict) else None)
+            acceptance = AutoDraftLength(priced, learned_draft.seconds, k_max["draft"])
+        adaptive = cls(costs, hazards, acceptance, learned_draft, memory, key, costs_key, priced,
+                       learned_draft.seconds if learned_draft is not None else 0.0)
+        state = memory.recall(key)
+        if isinstance(state, dict):
+            if hazards is not None:
+                hazards.restore(state.get("hazards"))
+            if acceptance is not None:
+                acceptance.restore(state.get("acceptance"))
+        return adaptive
+
+    @property
+    def calibrating(self) -> bool:
+        """The next step should be plain (``CALIBRATE_EVERY``)."""
+        return self.since_plain >= CALIBRATE_EVERY - 1
+
+    def lengthen(self, k: int) -> int:
+        """The planned draft length ``k``, or longer on an exploring step."""
+        return k * EXPLORE_FACTOR if exploring(self.steps) else k
+
+    @property
+    def k(self) -> int:
+        """The draft length chosen last: the copy's, or the draft model's when it drafted last (combined method)."""
+        if self.hazards is not None and (self.acceptance is None or not self.model_drafted_last):
+            return self.hazards.k
+        assert self.acceptance is not None
+        return self.acceptance.k
+
+    @property
+    def active(self) -> bool:
+        return any(p.active for p in (self.hazards, self.acceptance) if p is not None)
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(p.reason for p in (self.hazards, self.acceptance) if p is not None and p.reason)
+
+    def observe(self, outcome: StepOutcome, depth: int, proposal: Sequence[int] | None = None) -> None:
+        """Learn from a finished step verified at a context depth of ``depth``. ``proposal``: in the combined method,
+        the n-gram proposal of a step that verified a model draft instead (judged against what the target chose)."""
+        self.costs.observe(outcome.drafted + 1, depth, outcome.t_verify)
+        self.since_plain = 0 if outcome.drafted == 0 else self.since_plain + 1
+        self.steps += 1
+        by_model = outcome.drafted > 0 and not outcome.draft.from_text
+        if self.draft_cost is not None and by_model and self.model_drafted_last:
+            self.draft_cost.observe(outcome.drafted, outcome.t_draft)
+        self.model_drafted_last = by_model
+        if self.hazards is not None:
+            if by_model or proposal is not None:
+                self.hazards.observe(outcome.draft.match if outcome.draft.from_text else 0,
+                                     judged_against(proposal or [], outcome))
+            else:
+                self.hazards.observe(outcome.match, outcome.judgements())
+        if self.acceptance is not None:
+            self.acceptance.observe(outcome.drafted if by_model else 0, outcome.n_accepted if by_model else 0)
+        self._reprice(depth)
+
+    def _reprice(self, depth: int) -> None:
+        curve = self.costs.at(depth)
+        draft = self.draft_cost.seconds if self.draft_cost is not None else 0.0
+        if not moved(self.priced, curve) and abs(draft - self.priced_draft) <= 0.03 * max(self.priced_draft, 1e-9):
+            return
+        self.priced, self.priced_draft = curve, draft
+        if self.hazards is not None:
+            self.hazards.reprice(curve)
+        if self.acceptance is not None:
+            self.acceptance.reprice(curve, draft)
+
+    def keep(self) -> None:
+        """Write what was learned to the memory (at the end of each reply)."""
+        state: dict[str, object] = {}
+        if self.hazards is not None:
+            state["hazards"] = self.hazards.state()
+        if self.acceptance is not None and self.draft_cost is not None:
+            state["acceptance"] = self.acceptance.state()
+            state["draft cost"] = self.draft_cost.state()
+        self.memory.keep({self.key: state, self.costs_key: self.costs.state()})
+
+
+def judged_against(proposal: Sequence[int], outcome: StepOutcome) -> list[bool]:
+    """Position by position, whether ``proposal`` was what the target chose in this step (up to its first miss)."""
+    chosen = list(outcome.accepted) + ([outcome.token] if outcome.token is not None else [])
+    judged = []
+    for proposed, token in zip(proposal, chosen):
+        judged.append(proposed == token)
+        if proposed != token:
+            break
+    return judged
