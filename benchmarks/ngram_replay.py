@@ -6,7 +6,9 @@ policy picks how many tokens to verify, and the recorded reply says how many the
 target's verify time for that batch, from a verify sweep measured here on the same model, threads and backend; the
 speed-up is plain decoding's cost over the policy's (decode steps only, as `specchat bench` reports). Policies:
 
-- `auto`: the engine's ``MatchHazards``, carried over tasks and repetitions as in one `specchat bench` process;
+- `auto`: the engine's ``MatchHazards``, carried over tasks and repetitions as in one `specchat bench` process, with
+  the engine's plain step now and then and its longer draft now and then (``adaptive``: what keeps the learned costs
+  true; here the costs are the sweep's, so they only cost);
 - `n_max N`: verify up to N proposed tokens at every step;
 - `map-k-like`: 48 tokens whenever the match reaches 12 tokens (llama-server's `ngram-map-k` defaults: 12-token key,
   48-token value);
@@ -31,7 +33,7 @@ from specchat.bench.runners import task_history
 from specchat.bench.tasks import Task, load_tasks
 from specchat.engine import TokenEmitted
 from specchat.engine.auto import MatchHazards, VerifyCost
-from specchat.engine.adaptive import AUTO_K_MAX
+from specchat.engine.adaptive import AUTO_K_MAX, CALIBRATE_EVERY, lengthened
 from specchat.engine.core import Engine
 from specchat.engine.costs import measure_verify_cost, sizes_up_to
 from specchat.engine.drafters import NgramDrafter
@@ -63,6 +65,27 @@ class Fixed(Policy):
 
     def plan(self, match: int) -> int:
         return self.k if match >= self.shortest else 0
+
+
+class EngineAuto(Policy):
+    """``MatchHazards`` as the engine steps it (``Adaptive``): a plain step when drafting has not paused for
+    ``CALIBRATE_EVERY`` steps, and now and then a longer draft (``lengthened``)."""
+
+    def __init__(self, hazards: MatchHazards) -> None:
+        self.hazards, self.steps, self.since_plain = hazards, 0, 0
+
+    def plan(self, match: int) -> int:
+        if self.since_plain >= CALIBRATE_EVERY - 1:
+            return 0
+        k = self.hazards.plan(match)
+        return lengthened(k, self.steps)
+
+    def observe(self, match: int, judged: list[bool]) -> bool:
+        return self.hazards.observe(match, judged)
+
+    def stepped(self, drafted: int) -> None:
+        self.steps += 1
+        self.since_plain = 0 if drafted == 0 else self.since_plain + 1
 
 
 ORACLE = object()
@@ -107,6 +130,8 @@ def replay(reply: Reply, policy: Policy | object, verify: VerifyCost, rules: Rul
                                       if accepted < len(tokens) and pos + accepted < len(seq) else [])
         if policy is not ORACLE:
             policy.observe(proposal.match if tokens else 0, judged)
+        if isinstance(policy, EngineAuto):
+            policy.stepped(k)
         seconds += verify(k + 1)
         pos += accepted + 1
     return (len(reply_tokens) - 1) * verify(1) / seconds
@@ -146,7 +171,7 @@ def main() -> None:
     drafter = NgramDrafter(spec.ngram_min, spec.ngram_max)
     rules = engine.rules
     makers: dict[str, Callable[[], Policy | object]] = {
-        "auto": lambda: MatchHazards(verify, k_max),
+        "auto": lambda: EngineAuto(MatchHazards(verify, k_max)),
         **{f"n_max {n}": (lambda n=n: Fixed(n)) for n in (4, 8, 16, 32)},
         "map-k-like": lambda: Fixed(48, shortest=12),
         "oracle": lambda: ORACLE,

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from specchat.engine.adaptive import CALIBRATE_EVERY, EXPLORE_FACTOR, exploring
+from specchat.engine.adaptive import CALIBRATE_EVERY, lengthened
 from specchat.engine.auto import AutoDraftLength, MatchHazards, VerifyCost
 from specchat.engine.learned_costs import CLIP, LEARN_STEPS, LearnedDraftCost, LearnedVerifyCost
 
@@ -36,7 +36,7 @@ def run_hazards(truth: list[VerifyCost], sweep: VerifyCost, noise: float, rng: n
     policy = MatchHazards(learned.at(0), k_max=63)
     lengths, active = [], []
     for i, cost in enumerate(truth):
-        k = policy.plan(MATCH) * (EXPLORE_FACTOR if exploring(i) else 1) if i % 4 else 0  # as the engine does
+        k = lengthened(policy.plan(MATCH), i) if i % 4 else 0  # as the engine does
         right = 0
         while right < k and rng.random() > hazard:
             right += 1
@@ -89,7 +89,7 @@ def test_drafting_that_stops_paying_switches_off_once_and_stays_off():
     switches, off_at = 0, None
     for i, cost in enumerate(truth):
         k = policy.plan() if i % CALIBRATE_EVERY != CALIBRATE_EVERY - 1 else 0  # as the engine does
-        k *= EXPLORE_FACTOR if exploring(i) else 1
+        k = lengthened(k, i)
         accepted = 0
         while accepted < k and rng.random() < 0.6:
             accepted += 1

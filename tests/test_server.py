@@ -92,6 +92,32 @@ def test_provenance_from_the_server_adds_up_to_its_own_totals(server_backend):
     assert {TokenKind.ACCEPTED, TokenKind.CORRECTED} <= {t.kind for t in tokens}
 
 
+def test_the_combined_method_runs_llama_servers_list_of_spec_types(target_path, draft_path, llama_server):
+    """A profile's method "ngram+draft" through llama-server is `--spec-type ngram-mod,draft-simple` (copies where the
+    n-gram map has a match, the draft model otherwise): it starts, drafts, and its counters add up to the server's."""
+    config = dataclasses.replace(server_config(target_path, draft_path, llama_server, spec_type=None),
+                                 spec=SpecConfig("ngram+draft", n_max=4))
+    backend = open_backend(config)
+    try:
+        cmdline = Path(f"/proc/{backend.pid}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[cmdline.index(b"--spec-type") + 1] == b"ngram-mod,draft-simple" and b"-md" in cmdline
+        state = backend.speculation_state()
+        assert state.active and "ngram-mod,draft-simple" in state.method
+        before = backend.spec_counters()
+        prompt = "Repeat exactly, twice: red green blue yellow, red green blue yellow."
+        events = list(backend.answer(history(backend), prompt, max_tokens=400))
+        after = backend.spec_counters()
+        stats = events[-1].stats
+        assert events[-1].finish_reason == "stop"
+        assert stats.drafted == after["draft_tokens"] - before["draft_tokens"] > 0
+        assert stats.accepted == after["accepted_tokens"] - before["accepted_tokens"]
+        assert stats.accepted + stats.rejected == stats.drafted
+    finally:
+        backend.close()
+    with pytest.raises(ConfigError, match="unknown spec type"):
+        BackendSpec(kind="llama-server", spec_type="ngram-mod,draft-fancy")
+
+
 def test_sampling_changes_per_request_and_speculation_changes_restart_the_server(server_backend):
     """This llama-server build compiles per-request speculative parameters out (``#if 0`` in server-schema.cpp): a
     new draft length or method starts a new process; sampling goes with each request."""

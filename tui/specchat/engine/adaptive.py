@@ -20,16 +20,19 @@ AUTO_K_MAX = {"draft": 16, "ngram": 64}  # longest draft "auto" considers: model
 # without timing one the learned costs cannot tell a machine that slowed everything from one that slowed big batches.
 # (One step in 32 at most 1 / 32 of the way slower: under 1 % of a 1.3× speed-up.)
 CALIBRATE_EVERY = 32
-# And one step in 16 drafts twice as long as planned, when the proposal allows: it times a size the policy would not
-# choose, so a size the sweep made look too dear (a busy minute) is found out; doubling climbs to the right one. (Near
-# the best length the gain is flat: such a step loses a few per cent of its gain, well under 1 % overall.)
+# And one step in 16 drafts twice as long as planned, when the proposal allows and at least EXPLORE_FROM tokens were
+# planned: it times a size the policy would not choose, so a size the sweep made look too dear (a busy minute) is
+# found out; doubling climbs to the right one. (Near the best length the gain is flat: such a step loses a few per
+# cent of its gain, well under 1 % overall. A short planned draft is a doubtful one: doubling it would mostly waste.)
 EXPLORE_EVERY = 16
 EXPLORE_FACTOR = 2
+EXPLORE_FROM = 4
 
 
-def exploring(step: int) -> bool:
-    """Whether the step numbered ``step`` (from 0) drafts ``EXPLORE_FACTOR`` times as long as planned."""
-    return step % EXPLORE_EVERY == EXPLORE_EVERY // 2
+def lengthened(k: int, step: int) -> int:
+    """The draft length of the step numbered ``step`` (from 0) whose policy planned ``k``: longer on an exploring
+    step."""
+    return k * EXPLORE_FACTOR if k >= EXPLORE_FROM and step % EXPLORE_EVERY == EXPLORE_EVERY // 2 else k
 
 
 @dataclass
@@ -77,7 +80,7 @@ class Adaptive:
 
     def lengthen(self, k: int) -> int:
         """The planned draft length ``k``, or longer on an exploring step."""
-        return k * EXPLORE_FACTOR if exploring(self.steps) else k
+        return lengthened(k, self.steps)
 
     @property
     def k(self) -> int:
