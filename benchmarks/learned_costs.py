@@ -4,10 +4,14 @@ The sweep is measured once and trusted for a week; one taken during a busy minut
 that week. Here, in isolated user caches: one sweep taken with ``--loops`` busy loops running beside it, one taken
 idle. Then, on the idle machine, fresh processes alternate between the two (each without any kept memory): a reply of
 at least ``--warmup-steps`` steps first, then ``--replies`` measured replies, each beside a plain one of the same
-prompt in the same process. Also run: the busy sweep with learning switched off (the costs frozen at the sweep), which
-is what every process did before. Reports the median speed-ups and the goal's ratio, busy-then-learned / idle.
+prompt in the same process. Also run: the busy sweep with learning switched off (the costs frozen at the sweep, the
+plain and longer steps still taken), close to what every process did before. Reports the median speed-ups and the goal's ratio, busy-then-learned / idle.
 
     python benchmarks/learned_costs.py [--rounds 3] [--loops 2] [--profile ngram] [--task copy-notice]
+                                       [--busy-sweep verify-costs.json]
+
+``--busy-sweep`` takes the busy sweep from a verify-costs file kept from a busy minute (one measured while llama.cpp
+compiled, say) instead of measuring one beside the busy loops.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=Path, default=HERE / "held_out_tasks.toml")
     parser.add_argument("--replies", type=int, default=3)
     parser.add_argument("--warmup-steps", type=int, default=50)
+    parser.add_argument("--busy-sweep", type=Path)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sweep", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--frozen", action="store_true", help=argparse.SUPPRESS)
@@ -103,12 +108,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         idle, busy = cache_home(Path(tmp), "idle"), cache_home(Path(tmp), "busy")
         run(idle, args, "--sweep")
-        loops = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.loops)]
-        try:
-            run(busy, args, "--sweep")
-        finally:
-            for loop in loops:
-                loop.kill()
+        if args.busy_sweep:
+            shutil.copy(args.busy_sweep, busy / ".cache/specchat/verify-costs.json")
+        else:
+            loops = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.loops)]
+            try:
+                run(busy, args, "--sweep")
+            finally:
+                for loop in loops:
+                    loop.kill()
         for home in (idle, busy):
             entries = json.loads((home / ".cache/specchat/verify-costs.json").read_text()).values()
             sweep = max((e for e in entries if "sizes" in e), key=lambda e: len(e["sizes"]))

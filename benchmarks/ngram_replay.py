@@ -78,7 +78,7 @@ class EngineAuto(Policy):
         if self.since_plain >= CALIBRATE_EVERY - 1:
             return 0
         k = self.hazards.plan(match)
-        return lengthened(k, self.steps)
+        return lengthened(k, self.steps, self.hazards.k_max)
 
     def observe(self, match: int, judged: list[bool]) -> bool:
         return self.hazards.observe(match, judged)

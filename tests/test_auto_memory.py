@@ -3,6 +3,7 @@ cache, versioned, bounded, and never trusted when it is damaged, stale or of ano
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -25,11 +26,11 @@ def test_kept_states_come_back(tmp_path):
     assert memory.recall("b") == [1, 2] and memory.recall("c") is None
 
 
-@pytest.mark.parametrize("content", ["{not json", json.dumps([1, 2]), json.dumps({"version": VERSION + 1,
-                                     "entries": {"a": {"saved": 0, "state": 1}}}), "\x00\xff" * 10])
+@pytest.mark.parametrize("content", [b"{not json", json.dumps([1, 2]).encode(), json.dumps({"version": VERSION + 1,
+                                     "entries": {"a": {"saved": 0, "state": 1}}}).encode(), b"\x00\xff\xfe" * 10])
 def test_a_damaged_file_or_another_version_is_ignored_and_replaced(tmp_path, content):
     path = tmp_path / "m.json"
-    path.write_text(content, errors="surrogateescape")
+    path.write_bytes(content)
     memory = AutoMemory(path)
     assert memory.recall("a") is None
     memory.keep({"a": 5})
@@ -90,14 +91,25 @@ def test_a_new_engine_starts_where_the_last_one_stopped(make_engine, isolated_au
     other = make_engine("ngram", n_max="auto", sampling=SamplingParams(temperature=0.7))
     assert other._auto.hazards.evidence.sum() == 0
 
-    # The embedded pair never pays on a CPU ("auto" keeps the draft model off): what it kept still comes back.
+    # The embedded pair never pays on a CPU ("auto" keeps the draft model off, so it learns no acceptance here):
+    # what an engine with a pair that drafts would have kept, the next engine takes up.
     drafting = make_engine("draft", n_max="auto")
     run(drafting, "Name three colours.", max_tokens=48)
-    kept = json.loads(isolated_auto_memory.read_text())["entries"]
-    state = next(e["state"] for key, e in kept.items() if "|draft|" in key)
+    memory = json.loads(isolated_auto_memory.read_text())
+    key = next(key for key in memory["entries"] if "|draft|" in key)
+    state = memory["entries"][key]["state"]
     assert set(state) == {"acceptance", "draft cost"}
+    state["acceptance"] = {"evidence": [40.0, 5.0], "active": False, "probe_every": 64}
+    state["draft cost"]["correction"] = -0.5
+    isolated_auto_memory.write_text(json.dumps(memory))
     again = make_engine("draft", n_max="auto")
-    assert again._auto.acceptance.state() == drafting._auto.acceptance.state()
+    assert again._auto.acceptance.evidence == [40.0, 5.0] and again._auto.acceptance.probe_every == 64
+    assert again._auto.draft_cost.seconds == pytest.approx(drafting._auto.draft_cost.measured * np.exp(-0.5))
+    # A sampling switched in the same engine is another configuration too: its own policies, its own key.
+    from specchat.engine.sampling import SamplingParams
+    auto = first._auto
+    first.apply(dataclasses.replace(first.config, sampling=SamplingParams(temperature=0.7)))
+    assert first._auto is not auto and first._auto.hazards.evidence.sum() == 0 and first._auto.key != auto.key
 
 
 def test_a_model_drafts_policy_comes_back_whole():
@@ -134,6 +146,10 @@ def test_the_first_reply_of_a_new_process_drafts_like_the_last_of_the_old(make_e
     isolated_auto_memory.unlink()
     cold = make_engine("ngram", n_max="auto")
     matches = range(2, 80)
+    # Priced alike (the old engine re-prices as its costs move, every few steps): the hazards alone decide.
+    curve = new._auto.costs.at(0)
+    for engine in (old, new, cold):
+        engine._auto.hazards.reprice(curve)
     lengths = [old._auto.hazards.best(m)[0] for m in matches]
     assert [new._auto.hazards.best(m)[0] for m in matches] == lengths
     assert [cold._auto.hazards.best(m)[0] for m in matches] != lengths

@@ -36,7 +36,7 @@ def run_hazards(truth: list[VerifyCost], sweep: VerifyCost, noise: float, rng: n
     policy = MatchHazards(learned.at(0), k_max=63)
     lengths, active = [], []
     for i, cost in enumerate(truth):
-        k = lengthened(policy.plan(MATCH), i) if i % 4 else 0  # as the engine does
+        k = lengthened(policy.plan(MATCH), i, policy.k_max) if i % 4 else 0  # as the engine does
         right = 0
         while right < k and rng.random() > hazard:
             right += 1
@@ -89,7 +89,7 @@ def test_drafting_that_stops_paying_switches_off_once_and_stays_off():
     switches, off_at = 0, None
     for i, cost in enumerate(truth):
         k = policy.plan() if i % CALIBRATE_EVERY != CALIBRATE_EVERY - 1 else 0  # as the engine does
-        k = lengthened(k, i)
+        k = lengthened(k, i, policy.k_max)
         accepted = 0
         while accepted < k and rng.random() < 0.6:
             accepted += 1

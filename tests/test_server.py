@@ -110,8 +110,7 @@ def test_the_combined_method_runs_llama_servers_list_of_spec_types(target_path, 
         stats = events[-1].stats
         assert events[-1].finish_reason == "stop"
         assert stats.drafted == after["draft_tokens"] - before["draft_tokens"] > 0
-        assert stats.accepted == after["accepted_tokens"] - before["accepted_tokens"]
-        assert stats.accepted + stats.rejected == stats.drafted
+        assert 0 < stats.accepted == after["accepted_tokens"] - before["accepted_tokens"]
     finally:
         backend.close()
     with pytest.raises(ConfigError, match="unknown spec type"):

@@ -41,7 +41,7 @@ DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspa
 
 def uses_draft_model(kind: str) -> bool:
     """Whether a spec type (or a comma-separated list of them) loads a separate draft model."""
-    return any(name.strip() in DRAFT_MODEL_TYPES for name in kind.split(","))
+    return any(name in DRAFT_MODEL_TYPES for name in kind.split(","))
 SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
 PLAIN_RATE_TOKENS = 32
 BATCH = 512

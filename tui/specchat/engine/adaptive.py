@@ -12,14 +12,16 @@ from dataclasses import dataclass
 
 from .auto import AutoDraftLength, MatchHazards, VerifyCost
 from .auto_memory import AutoMemory
+from .drafters import Draft
 from .learned_costs import LearnedDraftCost, LearnedVerifyCost, moved
 from .loop import StepOutcome
 
 AUTO_K_MAX = {"draft": 16, "ngram": 64}  # longest draft "auto" considers: model drafts cost per token, n-grams not
 # A plain step now and then, when drafting never pauses: the plain step is what every draft is compared with, and
 # without timing one the learned costs cannot tell a machine that slowed everything from one that slowed big batches.
-# (One step in 32 at most 1 / 32 of the way slower: under 1 % of a 1.3× speed-up.)
+# (One step in 32 gives up that step's gain: under 1 % of a 1.3× speed-up, about 2 % of a 3× one.)
 CALIBRATE_EVERY = 32
+REPRICE_EVERY = 8  # steps between looks at whether the learned costs moved enough to re-price the policies (~40 µs)
 # And one step in 16 drafts twice as long as planned, when the proposal allows and at least EXPLORE_FROM tokens were
 # planned: it times a size the policy would not choose, so a size the sweep made look too dear (a busy minute) is
 # found out; doubling climbs to the right one. (Near the best length the gain is flat: such a step loses a few per
@@ -29,10 +31,12 @@ EXPLORE_FACTOR = 2
 EXPLORE_FROM = 4
 
 
-def lengthened(k: int, step: int) -> int:
+def lengthened(k: int, step: int, k_max: int) -> int:
     """The draft length of the step numbered ``step`` (from 0) whose policy planned ``k``: longer on an exploring
-    step."""
-    return k * EXPLORE_FACTOR if k >= EXPLORE_FROM and step % EXPLORE_EVERY == EXPLORE_EVERY // 2 else k
+    step, never beyond the policy's longest (``k_max``: within the sweep, and within the exact batches)."""
+    if k >= EXPLORE_FROM and step % EXPLORE_EVERY == EXPLORE_EVERY // 2:
+        return min(k * EXPLORE_FACTOR, k_max)
+    return k
 
 
 @dataclass
@@ -78,9 +82,13 @@ class Adaptive:
         """The next step should be plain (``CALIBRATE_EVERY``)."""
         return self.since_plain >= CALIBRATE_EVERY - 1
 
-    def lengthen(self, k: int) -> int:
-        """The planned draft length ``k``, or longer on an exploring step."""
-        return lengthened(k, self.steps)
+    def lengthen(self, k: int, policy: MatchHazards | AutoDraftLength) -> int:
+        """``policy``'s planned draft length ``k``, or longer on an exploring step."""
+        return lengthened(k, self.steps, policy.k_max)
+
+    def begin_reply(self) -> None:
+        """A new reply: the draft model has the new user turn to read before its first draft (not a caught-up one)."""
+        self.model_drafted_last = False
 
     @property
     def k(self) -> int:
@@ -98,10 +106,11 @@ class Adaptive:
     def reason(self) -> str:
         return "; ".join(p.reason for p in (self.hazards, self.acceptance) if p is not None and p.reason)
 
-    def observe(self, outcome: StepOutcome, depth: int, proposal: Sequence[int] | None = None) -> None:
-        """Learn from a finished step verified at a context depth of ``depth``. ``proposal``: in the combined method,
-        the n-gram proposal of a step that verified a model draft instead (judged against what the target chose)."""
-        self.costs.observe(outcome.drafted + 1, depth, outcome.t_verify)
+    def observe(self, outcome: StepOutcome, depth: int, turned_down: Draft | None = None) -> None:
+        """Learn from a finished step verified at a context depth of ``depth``. ``turned_down``: in the combined
+        method, the copy of a step that verified a model draft or none instead (judged against what the target chose,
+        at its own match length)."""
+        self.costs.observe(outcome.drafted + 1, depth, outcome.t_batch)
         self.since_plain = 0 if outcome.drafted == 0 else self.since_plain + 1
         self.steps += 1
         by_model = outcome.drafted > 0 and not outcome.draft.from_text
@@ -109,9 +118,10 @@ class Adaptive:
             self.draft_cost.observe(outcome.drafted, outcome.t_draft)
         self.model_drafted_last = by_model
         if self.hazards is not None:
-            if by_model or proposal is not None:
-                self.hazards.observe(outcome.draft.match if outcome.draft.from_text else 0,
-                                     judged_against(proposal or [], outcome))
+            if turned_down is not None:
+                self.hazards.observe(turned_down.match, judged_against(turned_down.tokens, outcome))
+            elif by_model:
+                self.hazards.observe(0, [])  # nothing copied was judged: only the fading
             else:
                 self.hazards.observe(outcome.match, outcome.judgements())
         if self.acceptance is not None:
@@ -119,6 +129,8 @@ class Adaptive:
         self._reprice(depth)
 
     def _reprice(self, depth: int) -> None:
+        if self.steps % REPRICE_EVERY:
+            return
         curve = self.costs.at(depth)
         draft = self.draft_cost.seconds if self.draft_cost is not None else 0.0
         if not moved(self.priced, curve) and abs(draft - self.priced_draft) <= 0.03 * max(self.priced_draft, 1e-9):

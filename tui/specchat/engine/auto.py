@@ -201,6 +201,8 @@ class MatchHazards:
         self.edges = np.array([shortest for shortest, _ in HAZARD_CLASSES])
         self.prior = np.array([(1 - h, h) for _, h in HAZARD_CLASSES]) * HAZARD_PRIOR_WEIGHT
         self.evidence = np.zeros_like(self.prior)  # right and wrong judgements per class, faded
+        # The class of every effective match length a draft can reach (longer ones are the last class's).
+        self._class_of = np.searchsorted(self.edges, np.arange(self.edges[-1] + k_max + 1), side="right") - 1
         self.k = 0  # the length chosen last
         self._price(verify)
 
@@ -237,9 +239,9 @@ class MatchHazards:
         proposal was the target's token. Returns True when speculation switched on or off."""
         was = self.active
         self.evidence *= 1 - 1 / HAZARD_MEMORY
-        if len(judged):
-            classes = np.searchsorted(self.edges, match + np.arange(len(judged)), side="right") - 1
-            np.add.at(self.evidence, (classes, np.where(judged, 0, 1)), 1.0)
+        last = len(self._class_of) - 1
+        for i, right in enumerate(judged):  # a few positions: a loop costs less than numpy's scatter here
+            self.evidence[self._class_of[min(match + i, last)], 0 if right else 1] += 1.0
         self._refresh()
         return self.active != was
 
@@ -250,10 +252,10 @@ class MatchHazards:
     def restore(self, state: object) -> bool:
         """Take up what an earlier process learned, if it is for the same classes and sane; returns whether it was."""
         try:
-            classes, evidence = state["classes"], np.array(state["evidence"], dtype=float)  # type: ignore[index]
+            classes, evidence = list(state["classes"]), np.array(state["evidence"], dtype=float)  # type: ignore[index]
         except (TypeError, KeyError, ValueError):
             return False
-        if (list(classes) != self.edges.tolist() or evidence.shape != self.evidence.shape
+        if (classes != self.edges.tolist() or evidence.shape != self.evidence.shape
                 or not np.all(np.isfinite(evidence)) or not np.all((evidence >= 0) & (evidence <= HAZARD_MEMORY * 1024))):
             return False
         self.evidence = evidence
@@ -263,9 +265,7 @@ class MatchHazards:
     def _refresh(self) -> None:
         # log_survival[n] = log P(copied tokens at effective matches 0 … n - 1 all right); a draft from match m
         # reads it from m on.
-        lengths = np.arange(self.edges[-1] + self.k_max + 1)
-        log_right = np.log1p(-np.minimum(self.hazards()[np.searchsorted(self.edges, lengths, side="right") - 1],
-                                         1 - 1e-12))
+        log_right = np.log1p(-np.minimum(self.hazards()[self._class_of], 1 - 1e-12))
         self._log_survival = np.concatenate(([0.0], np.cumsum(log_right)))
         self._gains = self._gains_from(self.edges).max(axis=1)  # the best of a draft from each class's shortest match
 

@@ -2,9 +2,11 @@
 app start drafts like the tenth of an old one.
 
 One JSON file in the user cache, an entry per key (a target model with its drafter and sampling for what the policies
-learned; a target with its threads and backend for the learned verify costs). It is versioned and bounded; an entry
-that is unreadable, of another version, older than ``MAX_AGE_S`` or not what its reader expects is ignored, never
-trusted, and a file that cannot be read or written only means starting from the priors, as before.
+learned; a target with its threads and backend for the learned verify costs). It is versioned and bounded: a file of
+another version is not read (and is replaced at the next write), an entry older than ``MAX_AGE_S`` or not what its
+reader expects is ignored, never trusted, and a file that cannot be read or written only means starting from the
+priors, as before. Two processes writing it at once never tear it (each writes whole and renames); the later one's
+entries win.
 """
 
 from __future__ import annotations
@@ -43,13 +45,16 @@ class AutoMemory:
             entries[key] = {"saved": now, "state": state}
         while len(entries) > MAX_ENTRIES:
             del entries[next(iter(entries))]
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"version": VERSION, "entries": entries}))
             os.replace(tmp, self.path)
-        except OSError:
-            pass  # an unwritable cache only means starting from the priors next time
+        except OSError:  # an unwritable cache only means starting from the priors next time
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def _read(self) -> dict:
         try:

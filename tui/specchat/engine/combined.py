@@ -24,7 +24,7 @@ class NgramThenModel:
         tokens the draft model drafts when the copy is not used (0: a plain step)."""
         self.ngram, self.model = ngram, model
         self.copy_length, self.model_length = copy_length, model_length
-        self.proposal: list[int] | None = None  # the last step's copy, when it had one and the model drafted instead
+        self.proposal: Draft | None = None  # this step's copy, when it had one and was turned down (for the hazards)
 
     @property
     def blocked(self) -> str:
@@ -33,11 +33,15 @@ class NgramThenModel:
     def notice(self, seq: Sequence[int]) -> None:
         self.model.notice(seq)
 
+    def begin_step(self) -> None:
+        """A new step: the last one's turned-down copy is not this one's (a plain step proposes nothing)."""
+        self.proposal = None
+
     def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
         self.proposal = None
         copy = self.ngram.propose(seq, n_max, rules)
         if copy.tokens and self.copy_length(copy.match) > 0:
             return copy  # the step's ``choose`` keeps as much of it as the match is worth
-        self.proposal = copy.tokens or None
+        self.proposal = copy if copy.tokens else None
         k = min(self.model_length(), n_max)
         return self.model.propose(seq, k, rules) if k > 0 else NO_DRAFT

@@ -126,8 +126,9 @@ class Engine:
         notes = [self.template.note] if self.template.note else []
         spec, sampling = self.config.spec, self.config.sampling
         if spec.uses_draft_model and spec.n_min > 0 and not sampling.greedy:
-            notes.append(f"n_min {spec.n_min} applies only at temperature 0: dropping a sampled draft for being short"
-                         " would bias the output, so short sampled drafts are verified too")
+            notes.append(f"n_min {spec.n_min} applies to the draft model only at temperature 0: dropping a sampled"
+                         " draft for being short would bias the output, so its short sampled drafts are verified too"
+                         + (" (short copies, which are one-hot, are still dropped)" if spec.copies else ""))
         if self.config.kv_cache == "f16" and self.config.target.n_gpu_layers == 0 and spec.method != "none":
             notes.append('kv_cache "f16": beyond 256 tokens of context llama.cpp\'s CPU attention computes a lone token'
                          " differently from a batch, so greedy output with speculation can differ from plain decoding"
@@ -229,7 +230,7 @@ class Engine:
             self._verify = self._costs(self.target, self.ctx, self.config.target, sizes_up_to(longest + 1))
         if spec.adaptive and self._verify is not None:
             # What "auto" learned about a configuration survives a switch away and back (an A/B run, a toggle).
-            key = (spec, self._draft.identity if self._draft is not None else None)
+            key = (spec, self._draft.identity if self._draft is not None else None, replace(sampling, seed=0))
             if key not in self._learned:
                 self._learned[key] = self._new_auto(self._verify)
             self._auto = self._learned[key]
@@ -237,7 +238,9 @@ class Engine:
         if spec.method == "ngram+draft" and self._draft is not None:
             auto, fixed = self._auto, int(spec.n_max) if not spec.adaptive else 0
             copy_length = auto.hazards.plan if auto is not None and auto.hazards is not None else lambda _match: fixed
-            model_length = auto.acceptance.plan if auto is not None and auto.acceptance is not None else lambda: fixed
+            acceptance = auto.acceptance if auto is not None else None
+            model_length = ((lambda: auto.lengthen(acceptance.plan(), acceptance)) if auto is not None and acceptance
+                            is not None else lambda: fixed)
             self._combined = NgramThenModel(self._ngram, self._draft.drafter, copy_length, model_length)
         seed = sampling.seed
         self.rules = Rules(sampling, np.random.default_rng(seed), np.random.default_rng(seed + 1), self.target,
@@ -411,6 +414,8 @@ class Engine:
         yield ReplyStarted(len(prompt), reused, len(prompt) - reused, cfg.n_ctx, state)
 
         reply = _Reply(stats, started, state, replace(self.rules, top=top), loop_watch(cfg.loop))
+        if self._auto is not None:
+            self._auto.begin_reply()
         finish: str | None = None
         governor = self._governor
         if governor is not None:
@@ -444,6 +449,8 @@ class Engine:
                     limit = min(room, max_tokens - stats.generated - 1, (self.max_verify or self.ctx.n_batch) - 1)
                     k, choose = self._draft_length(limit)
                     depth = len(self.ctx.cached)
+                    if self._combined is not None:
+                        self._combined.begin_step()
                     outcome = speculate(self.ctx, self.tokens, self.drafter, k, reply.rules, choose)
                     yield from self._step_events(reply, outcome, step, depth)
                     if reply.looped:
@@ -485,10 +492,12 @@ class Engine:
         if auto.calibrating:
             return 0, None
         hazards = auto.hazards
-        if hazards is not None:  # the n-gram copy is chosen after seeing it (and the combined method asks the model's
-            return limit, lambda match: min(auto.lengthen(hazards.plan(match)), limit)  # its policy itself when it
-        assert auto.acceptance is not None                                                 # does not copy)
-        return min(auto.lengthen(auto.acceptance.plan()), limit), None
+        if hazards is not None:  # the n-gram copy is chosen after seeing it
+            # (the combined method asks the draft model's policy itself when it does not copy)
+            return limit, lambda match: min(auto.lengthen(hazards.plan(match), hazards), limit)
+        acceptance = auto.acceptance
+        assert acceptance is not None
+        return min(auto.lengthen(acceptance.plan(), acceptance), limit), None
 
     def _step_events(self, reply: _Reply, outcome: StepOutcome, step: int, depth: int) -> Iterator[Event]:
         """A step's events in the documented order: accepted tokens, rejected tail, the target's token, counts."""

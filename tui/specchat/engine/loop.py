@@ -60,6 +60,7 @@ class StepOutcome:
     next_proposed: int | None = None
     t_draft: float = 0.0
     t_verify: float = 0.0
+    t_batch: float = 0.0  # of t_verify, the batch's decode and judging alone: what a verify sweep times
     draft: Draft = NO_DRAFT  # as verified
     rows: list[RowJudgement] = field(default_factory=list)  # with ``Rules.top``: rows 0..n_accepted, as judged
 
@@ -102,6 +103,7 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
     readable = next((i for i, t in enumerate(draft.tokens) if t >= rules.vocab.n_vocab), len(draft.tokens))
     target.decode([tokens[-1], *draft.tokens[:readable]], all_logits=True)
     n_accepted, token = verify(target.logits(), draft, rules)
+    t_batch = perf_counter() - start
     # What decided each shown token, for the inspector: the rows that judged the accepted tokens and chose the last.
     rows = judge_rows(target.logits(), draft.tokens, draft.q, draft.rows, n_accepted + (token is not None), rules.top,
                       rules.sampling) if rules.top else []
@@ -124,7 +126,7 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
         accepted=draft.tokens[: n_accepted - ended_in_draft], rejected=draft.tokens[n_accepted:],
         token=token, kind=kind, ends_reply=ended_in_draft or rules.vocab.is_eog(token),
         ignored=ignored, withheld=draft.withheld, match=draft.match, next_proposed=next_proposed,
-        t_draft=t_draft, t_verify=t_verify, draft=draft, rows=rows,
+        t_draft=t_draft, t_verify=t_verify, t_batch=t_batch, draft=draft, rows=rows,
     )
 
 
