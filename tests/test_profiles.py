@@ -19,7 +19,7 @@ from specchat.errors import ConfigError, IncompatibleDraftError, ModelError
 from specchat.profiles.fit import GB, FitReport, Footprint, kv_cache_bytes
 from test_bad_input import cli
 
-BUNDLED = ["baseline", "gemma4-12b-qat-mtp", "ngram", "qwen3-4b-0.6b", "qwen3-8b-1.7b", "server-draft-mtp",
+BUNDLED = ["baseline", "gemma4-12b-qat-mtp", "ngram", "ngram-draft", "qwen3-4b-0.6b", "qwen3-8b-1.7b", "server-draft-mtp",
            "server-ngram-simple", "server-none", "server-tiny", "tiny"]
 
 
@@ -42,9 +42,10 @@ def test_every_preset_parses_and_validates():
 
 
 def test_presets_with_embedded_models_build_engine_configs():
-    for name, method in (("tiny", "draft"), ("ngram", "ngram"), ("baseline", "none")):
+    for name, method in (("tiny", "draft"), ("ngram", "ngram"), ("baseline", "none"), ("ngram-draft", "ngram+draft")):
         config = profiles.engine_config(profiles.load_profile(name))
         assert config.spec.method == method and config.target.path.is_file()
+        assert (config.draft is not None) == (method in ("draft", "ngram+draft"))
     assert profiles.engine_config(profiles.load_profile("ngram")).spec.adaptive
 
 
@@ -90,7 +91,14 @@ method = "ngram"
         (GOOD + "[sampling]\ntop_k = true\n", r"\[sampling\] top_k: got True, expected an integer from 0 \(off\)"),
         ("[draft]\nmethod = \"ngram\"\n", r"\[target\] model is missing"),
         ("[target]\nmodel = \"x.gguf\"\n[draft]\nmethod = \"draft\"\n", r"p\.toml:4: \[draft\] method: method 'draft' needs \[draft\] model"),
-        (GOOD.replace('"ngram"', '"magic"'), r"p\.toml:4: \[draft\] method: got 'magic', expected one of none, draft, ngram, mtp"),
+        ("[target]\nmodel = \"x.gguf\"\n[draft]\nmethod = \"ngram+draft\"\n",
+         r"p\.toml:4: \[draft\] method: method 'ngram\+draft' needs \[draft\] model"),
+        (GOOD.replace('"ngram"', '"magic"'),
+         r"p\.toml:4: \[draft\] method: got 'magic', expected one of none, draft, ngram, ngram\+draft, mtp"),
+        (GOOD + '[backend]\nkind = "llama-server"\nspec_type = "ngram-mod,draft-warp"\n',
+         r"p\.toml:7: \[backend\] spec_type: got 'ngram-mod,draft-warp', expected one of llama.cpp's spec types"),
+        (GOOD + '[backend]\nkind = "llama-server"\nspec_type = "ngram-mod, draft-simple"\n',
+         r"spec_type: got 'ngram-mod, draft-simple', expected .* or a comma-separated list of them without spaces"),
         (GOOD + '[backend]\nkind = "llama-server"\nspec_type = "draft-warp"\n',
          r"p\.toml:7: \[backend\] spec_type: got 'draft-warp', expected one of llama.cpp's spec types: none, draft-simple"),
         (GOOD + '[backend]\nkind = "cloud"\n', r"\[backend\] kind: got 'cloud', expected one of local, llama-server, remote"),

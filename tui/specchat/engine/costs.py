@@ -70,10 +70,14 @@ SLOPE_DEPTH = 512  # the context depth a plain step is timed at, against an empt
 SLOPE_STEPS = 16
 
 
-def measure_depth_slope(ctx: Context, token: int, depth: int = SLOPE_DEPTH) -> float:
-    """Seconds a plain decode step gains per token of context: one-token decodes timed at an empty cache and after
-    ``depth`` tokens (attention costs the same whatever the tokens say), the median of each. Leaves the cache empty."""
-    depth = max(1, min(depth, ctx.n_ctx // 2))
+def measure_depth_slope(ctx: Context, token: int, depth: int = SLOPE_DEPTH) -> float | None:
+    """Seconds a plain decode step gains per token of context: one-token decodes timed at the end of the cache and
+    ``depth`` tokens further on (attention costs the same whatever the tokens say), the median of each. The cache is
+    left as it was (a conversation measured mid-chat is not decoded again); None when it has no room for the run."""
+    keep = len(ctx.cached)
+    depth = min(depth, ctx.n_ctx // 2, ctx.n_ctx - keep - 2 * SLOPE_STEPS - 1)
+    if depth < 1:
+        return None
 
     def step_time() -> float:
         times = []
@@ -85,11 +89,10 @@ def measure_depth_slope(ctx: Context, token: int, depth: int = SLOPE_DEPTH) -> f
         ctx.truncate(len(ctx.cached) - SLOPE_STEPS)
         return float(np.median(times))
 
-    ctx.truncate(0)  # the conversation is decoded again by the next reply's prefill
     shallow = step_time()
     ctx.decode([token] * depth)
     deep = step_time()
-    ctx.truncate(0)
+    ctx.truncate(keep)
     return max(deep - shallow, 0.0) / depth
 
 
@@ -108,8 +111,9 @@ class CostCache:
         self._write(entries)
         return cost
 
-    def get_slope(self, key: str, measure: Callable[[], float]) -> float:
-        """Seconds per token of context (``measure_depth_slope``), cached like the sweep."""
+    def get_slope(self, key: str, measure: Callable[[], float | None]) -> float:
+        """Seconds per token of context (``measure_depth_slope``), cached like the sweep; 0 (not cached) when it could
+        not be measured."""
         entries = self._read()
         entry = entries.get(key)
         try:
@@ -120,6 +124,8 @@ class CostCache:
         except (TypeError, ValueError, KeyError):
             pass
         slope = measure()
+        if slope is None:
+            return 0.0
         entries[key] = {"slope": slope, "measured": time.time()}
         self._write(entries)
         return slope

@@ -113,8 +113,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "backend": {
         "kind": Key(str, "local", f"one of {', '.join(BACKENDS)}", lambda v: v in BACKENDS),
-        "spec_type": Key(str, None, f"one of llama.cpp's spec types, or a comma-separated list of them:"
-                         f" {', '.join(SPEC_TYPES)}", known_spec_type),
+        "spec_type": Key(str, None, f"one of llama.cpp's spec types: {', '.join(SPEC_TYPES)}, or a comma-separated"
+                         " list of them without spaces (the first that drafts wins)", known_spec_type),
         "binary": Key(str, None, "the path of a llama-server binary"),
         "url": Key(str, None, 'an http:// or https:// URL, e.g. "http://gpu-box:8080"',
                    lambda v: v.startswith(("http://", "https://"))),
