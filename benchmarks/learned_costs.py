@@ -2,16 +2,17 @@
 
 The sweep is measured once and trusted for a week; one taken during a busy minute used to steer "auto" wrongly for
 that week. Here, in isolated user caches: one sweep taken with ``--loops`` busy loops running beside it, one taken
-idle. Then, on the idle machine, fresh processes alternate between the two (each without any kept memory): a reply of
-at least ``--warmup-steps`` steps first, then ``--replies`` measured replies, each beside a plain one of the same
-prompt in the same process. Also run: the busy sweep with learning switched off (the costs frozen at the sweep, the
-plain and longer steps still taken), close to what every process did before. Reports the median speed-ups and the goal's ratio, busy-then-learned / idle.
+idle. Then, on the idle machine, fresh processes take turns (each without any kept memory): with the idle sweep, with
+the busy one, and with the busy one and learning switched off (the costs frozen at the seed — the sweep capped per
+row — the plain and longer steps still taken). Each answers the task until ``--warmup-steps`` steps have passed, then
+``--replies`` measured replies, each beside a plain one of the same prompt in the same process. Reports the median speed-ups and the goal's ratio, busy-then-learned / idle.
 
     python benchmarks/learned_costs.py [--rounds 3] [--loops 2] [--profile ngram] [--task copy-notice]
                                        [--busy-sweep verify-costs.json]
 
 ``--busy-sweep`` takes the busy sweep from a verify-costs file kept from a busy minute (one measured while llama.cpp
-compiled, say) instead of measuring one beside the busy loops.
+compiled, say) instead of measuring one beside the busy loops; it must come from this machine's user cache (the same
+model, threads and llama.cpp), or the run measures a sweep of its own and says so.
 """
 
 from __future__ import annotations
@@ -110,6 +111,10 @@ def main() -> None:
         run(idle, args, "--sweep")
         if args.busy_sweep:
             shutil.copy(args.busy_sweep, busy / ".cache/specchat/verify-costs.json")
+            kept = (busy / ".cache/specchat/verify-costs.json").read_text()
+            run(busy, args, "--sweep")
+            if (busy / ".cache/specchat/verify-costs.json").read_text() != kept:
+                print("the kept sweep is not this machine's (another model, threads or llama.cpp): measured one instead")
         else:
             loops = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.loops)]
             try:

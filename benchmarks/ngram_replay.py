@@ -74,9 +74,12 @@ class EngineAuto(Policy):
     def __init__(self, hazards: MatchHazards) -> None:
         self.hazards, self.steps, self.since_plain = hazards, 0, 0
 
+    @property
+    def calibrating(self) -> bool:
+        """The engine's plain step: it proposes nothing (so nothing is judged)."""
+        return self.since_plain >= CALIBRATE_EVERY - 1
+
     def plan(self, match: int) -> int:
-        if self.since_plain >= CALIBRATE_EVERY - 1:
-            return 0
         k = self.hazards.plan(match)
         return lengthened(k, self.steps, self.hazards.k_max)
 
@@ -116,6 +119,8 @@ def replay(reply: Reply, policy: Policy | object, verify: VerifyCost, rules: Rul
     pos, seconds = len(reply.prompt) + 1, 0.0
     while pos < len(seq):
         limit = draft_limit(reply, verify, pos)
+        if isinstance(policy, EngineAuto) and policy.calibrating:
+            limit = 0
         proposal = drafter.propose(seq[:pos], limit, rules) if limit > 0 else None
         tokens = proposal.tokens if proposal is not None else []
         right = 0

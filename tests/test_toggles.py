@@ -265,7 +265,8 @@ async def test_the_profile_picker_filters_as_you_type_and_marks_models_not_here(
         assert qwen.disabled and "not on this machine: Qwen3-8B-Q4_K_M.gguf" in str(qwen.prompt)  # before Enter
         assert not options["profile:ngram"].disabled and "in-process" in str(options["profile:ngram"].prompt)
         assert "llama-server" in str(options["profile:server-tiny"].prompt)
-        await pilot.press(*"ngram in-pro")  # every word typed must match: server-ngram-simple runs in llama-server
+        await pilot.press(*"ngram lookup in-pro")  # every word must match: server-ngram-simple runs in llama-server,
+        # ngram-draft copies without "prompt lookup"
         await wait_until(pilot, lambda: listing.option_count == 1)
         assert listing.get_option_at_index(0).id == "profile:ngram"
         await pilot.press("enter")

@@ -2,7 +2,8 @@
 engine times (``learned_costs``), and what is kept from one process to the next (``auto_memory``).
 
 A configuration drafting with a model has an ``AutoDraftLength``; one copying earlier text has ``MatchHazards``; the
-combined method (``combined``) has both. The policies decide; this only feeds them what each step showed and keeps it.
+combined method (``combined``) has both. The policies decide; this feeds them what each step showed, adds the plain
+and the longer steps that keep the learned costs true, and keeps what was learned.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ One JSON file in the user cache, an entry per key (a target model with its draft
 learned; a target with its threads and backend for the learned verify costs). It is versioned and bounded: a file of
 another version is not read (and is replaced at the next write), an entry older than ``MAX_AGE_S`` or not what its
 reader expects is ignored, never trusted, and a file that cannot be read or written only means starting from the
-priors, as before. Two processes writing it at once never tear it (each writes whole and renames); the later one's
-entries win.
+priors, as before. Two processes writing it at once never tear it (each writes whole and renames), but there is no
+lock: what one wrote between the other's read and write is lost (it is learned again).
 """
 
 from __future__ import annotations

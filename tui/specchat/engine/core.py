@@ -2,8 +2,9 @@
 
 ``Engine.reply`` turns a user message into events (see ``events``); each verify step is one call of
 ``loop.speculate`` — draft, verify, accept, roll back — whose outcome is emitted in the documented order. The
-conversation's tokens live in ``conversation``, loading and hot reload in ``loading``, the draft-length policy of
-``n_max = "auto"`` in ``auto``.
+conversation's tokens live in ``conversation``, loading and hot reload in ``loading``, the drafters in ``drafters``
+and ``combined``, and ``n_max = "auto"`` in ``adaptive`` (its policies in ``auto``, the costs they learn in
+``learned_costs``, what lasts between processes in ``auto_memory``).
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ class Engine:
     def apply(self, config: EngineConfig) -> str:
         """Switch to ``config`` with the least work, keeping the conversation; returns what was done.
 
-        "parameters": draft length, sampling or method none/ngram change from the next step on, nothing reloads.
+        "parameters": draft length, sampling or a method the loaded models serve change from the next step on, nothing
+        reloads.
         "draft reloaded": only the draft model changed. "full reload": the target changed (both models reload and
         the conversation is re-tokenized for it). If a load fails the engine keeps its previous configuration.
         """

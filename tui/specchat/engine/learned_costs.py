@@ -52,7 +52,7 @@ class LearnedVerifyCost:
         return line + w / (w + OWN_WEIGHT) * (c - line)
 
     def base(self) -> np.ndarray:
-        """Seconds of a verify of each swept size at an empty cache, as learned so far."""
+        """Seconds of a verify of each swept size with no context to attend to, as learned so far."""
         return self._swept * np.exp(self.corrections())
 
     def at(self, depth: int) -> VerifyCost:
@@ -78,8 +78,8 @@ class LearnedVerifyCost:
         believed = self.corrections()
         estimate = float(np.interp(rows, self._sizes, believed))
         error = min(max(math.log(base / swept) - estimate, -CLIP), CLIP)
-        # Each of the two sizes moves in proportion to its share, so the estimate at ``rows`` itself moves by
-        # error / weight: a running mean over about the last LEARN_STEPS verifies, wherever between sizes they fall.
+        # Each of the two sizes moves in proportion to its share, so the estimate at ``rows`` itself moves by about
+        # error / weight: about a running mean over the last LEARN_STEPS verifies, wherever between sizes they fall.
         norm = sum(share * share for share in shares.values())
         for i, share in shares.items():
             weight = min(self.weight[i] + share, LEARN_STEPS)
@@ -113,13 +113,14 @@ class LearnedVerifyCost:
 def per_row_capped(sizes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     """A sweep whose larger batches cost no more per row than its smaller ones. A batch is never dearer per row than
     a smaller one in llama.cpp's kernels beyond noise: a point above that was a busy moment (a sweep taken while
-    llama.cpp compiled beside it measured 65 rows at 224 plain steps, 17 rows at 23, 9 rows at 7.8). Only the seed is
-    capped: a size whose timed verifies say otherwise (a kernel switch) is learned as it is."""
+    llama.cpp compiled beside it measured 8 rows at 5.7 plain steps, 16 at 22, 64 at 163). Only the seed is capped: a
+    size whose timed verifies say otherwise (a kernel switch) is learned as it is."""
     return np.minimum(seconds, np.minimum.accumulate(seconds / sizes) * sizes)
 
 
 def moved(before: VerifyCost, after: VerifyCost) -> bool:
-    """Whether some size's cost moved by more than ``REPRICE_ABOVE`` relative to the plain step."""
+    """Whether some size's cost moved by more than ``REPRICE_ABOVE`` relative to the plain step, or the plain step
+    itself by more than 10 % (what a model draft's cost is weighed against)."""
     a = np.array(before.seconds) / before.seconds[0]
     b = np.array(after.seconds) / after.seconds[0]
     return bool(np.max(np.abs(b / a - 1)) > REPRICE_ABOVE) or abs(after.seconds[0] / before.seconds[0] - 1) > 0.1

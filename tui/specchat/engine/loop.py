@@ -60,7 +60,7 @@ class StepOutcome:
     next_proposed: int | None = None
     t_draft: float = 0.0
     t_verify: float = 0.0
-    t_batch: float = 0.0  # of t_verify, the batch's decode and judging alone: what a verify sweep times
+    t_batch: float = 0.0  # of t_verify, the batch's decode and judging (not the inspector's ranking nor the rollback)
     draft: Draft = NO_DRAFT  # as verified
     rows: list[RowJudgement] = field(default_factory=list)  # with ``Rules.top``: rows 0..n_accepted, as judged
 
