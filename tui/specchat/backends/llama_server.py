@@ -37,14 +37,14 @@ from .server_process import ServerProcess
 SPEC_TYPE_OF_METHOD = {"none": "none", "draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp",
                        "ngram+draft": "ngram-mod,draft-simple"}
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
+SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
+PLAIN_RATE_TOKENS = 32
+BATCH = 512
 
 
 def uses_draft_model(kind: str) -> bool:
     """Whether a spec type (or a comma-separated list of them) loads a separate draft model."""
     return any(name in DRAFT_MODEL_TYPES for name in kind.split(","))
-SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
-PLAIN_RATE_TOKENS = 32
-BATCH = 512
 
 
 def spec_type(config: EngineConfig) -> str:

@@ -60,23 +60,20 @@ class Adaptive:
              memory: AutoMemory, key: str, costs_key: str, depth: int) -> Adaptive:
         """The policies for ``method`` ("draft", "ngram" or "ngram+draft"), taking up what an earlier process kept."""
         costs.restore(memory.recall(costs_key))
+        kept = memory.recall(key)
+        state = kept if isinstance(kept, dict) else {}
         priced = costs.at(depth)
         hazards = MatchHazards(priced, k_max["ngram"]) if "ngram" in method else None
-        learned_draft = LearnedDraftCost(draft_cost) if draft_cost is not None else None
-        acceptance = None
-        if learned_draft is not None:
-            state = memory.recall(key)
-            learned_draft.restore(state.get("draft cost") if isinstance(state, dict) else None)
+        if hazards is not None:
+            hazards.restore(state.get("hazards"))
+        learned_draft = acceptance = None
+        if draft_cost is not None:
+            learned_draft = LearnedDraftCost(draft_cost)
+            learned_draft.restore(state.get("draft cost"))
             acceptance = AutoDraftLength(priced, learned_draft.seconds, k_max["draft"])
-        adaptive = cls(costs, hazards, acceptance, learned_draft, memory, key, costs_key, priced,
-                       learned_draft.seconds if learned_draft is not None else 0.0)
-        state = memory.recall(key)
-        if isinstance(state, dict):
-            if hazards is not None:
-                hazards.restore(state.get("hazards"))
-            if acceptance is not None:
-                acceptance.restore(state.get("acceptance"))
-        return adaptive
+            acceptance.restore(state.get("acceptance"))
+        return cls(costs, hazards, acceptance, learned_draft, memory, key, costs_key, priced,
+                   learned_draft.seconds if learned_draft is not None else 0.0)
 
     @property
     def calibrating(self) -> bool:

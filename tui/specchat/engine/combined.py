@@ -38,7 +38,6 @@ class NgramThenModel:
         self.proposal = None
 
     def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
-        self.proposal = None
         copy = self.ngram.propose(seq, n_max, rules)
         if copy.tokens and self.copy_length(copy.match) > 0:
             return copy  # the step's ``choose`` keeps as much of it as the match is worth

@@ -19,15 +19,15 @@ BACKENDS = ("local", "llama-server", "remote")
 SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
               "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 APIS = ("auto", "llama.cpp", "openai")
+# The target's KV cache types. q8_0 and bf16 keep a verify batch bit-identical to one-at-a-time decoding; f16 does not
+# on the CPU beyond 256 tokens of context (llama.cpp splits a lone token's f16 attention across threads).
+KV_CACHES = ("q8_0", "bf16", "f16")
+DEFAULT_MAX_TOKENS = 1024  # the longest reply when a front end does not say
 
 
 def known_spec_type(value: str) -> bool:
     """One of llama.cpp's spec types, or a comma-separated list of them (the first that drafts wins, n-grams first)."""
     return all(name in SPEC_TYPES for name in value.split(","))  # llama.cpp splits on commas alone: no spaces
-# The target's KV cache types. q8_0 and bf16 keep a verify batch bit-identical to one-at-a-time decoding; f16 does not
-# on the CPU beyond 256 tokens of context (llama.cpp splits a lone token's f16 attention across threads).
-KV_CACHES = ("q8_0", "bf16", "f16")
-DEFAULT_MAX_TOKENS = 1024  # the longest reply when a front end does not say
 
 
 def default_threads() -> int:

@@ -238,15 +238,21 @@ class Engine:
             self._auto = self._learned[key]
         self._combined = None
         if spec.method == "ngram+draft" and self._draft is not None:
-            auto, fixed = self._auto, int(spec.n_max) if not spec.adaptive else 0
-            copy_length = auto.hazards.plan if auto is not None and auto.hazards is not None else lambda _match: fixed
-            acceptance = auto.acceptance if auto is not None else None
-            model_length = ((lambda: auto.lengthen(acceptance.plan(), acceptance)) if auto is not None and acceptance
-                            is not None else lambda: fixed)
-            self._combined = NgramThenModel(self._ngram, self._draft.drafter, copy_length, model_length)
+            self._combined = NgramThenModel(self._ngram, self._draft.drafter, *self._combined_lengths())
         seed = sampling.seed
         self.rules = Rules(sampling, np.random.default_rng(seed), np.random.default_rng(seed + 1), self.target,
                            n_min=spec.n_min, p_min=spec.p_min)
+
+    def _combined_lengths(self) -> tuple[Callable[[int], int], Callable[[], int]]:
+        """How far the combined method verifies a copy from a match, and drafts with the model otherwise: the two
+        policies of "auto", or n_max for both."""
+        auto = self._auto
+        if auto is None:
+            fixed = int(self.config.spec.n_max)
+            return (lambda _match: fixed), (lambda: fixed)
+        hazards, acceptance = auto.hazards, auto.acceptance
+        assert hazards is not None and acceptance is not None
+        return hazards.plan, lambda: auto.lengthen(acceptance.plan(), acceptance)
 
     @property
     def max_verify(self) -> int | None:
