@@ -59,7 +59,7 @@ def check_invariants(app: SpecchatApp, db: Path) -> None:
     assert pos_max == len(cached) - 1, (pos_max, len(cached))
     # The engine holds the session's history — or, once the context filled, its system prompt and latest turns — and
     # that, tokenised again, is its tokens; the cache holds them all but at most the last generated token (decoded at
-    # the next step).
+    # the next step) — or, when Esc stopped the prefill, the part of the prompt it decoded (the next prefill goes on).
     history = app.conversation.engine_messages(app.backend.target_id)
     if history and history[-1].role == "assistant":
         held = engine.messages
@@ -68,8 +68,10 @@ def check_invariants(app: SpecchatApp, db: Path) -> None:
         assert held[:len(system)] == system and turns and history[len(history) - len(turns):] == turns
         rebuilt, _ = engine.chat.rebuild(held)
         assert rebuilt == engine.tokens
-    assert cached == engine.tokens[:len(cached)] and len(cached) >= len(engine.tokens) - 1
     record = app.conversation.last_reply
+    stopped_in_prefill = record is not None and record.finish_reason == "cancelled" and not record.tokens
+    assert cached == engine.tokens[:len(cached)], (len(cached), len(engine.tokens), record and record.finish_reason)
+    assert stopped_in_prefill or len(cached) >= len(engine.tokens) - 1, (len(cached), len(engine.tokens))
     if record is not None:
         view = list(app.query(ReplyView))[-1]
         assert view.segments == record.segments

@@ -10,6 +10,7 @@ import json
 import random
 from pathlib import Path
 
+import llama_cpp as lc
 import pytest
 
 from conftest import run
@@ -176,6 +177,10 @@ def test_every_drafter_stops_at_plain_decodings_loop(make_engine, plain_replies,
         # The conversation holds the reply as shown, not what its last step verified beyond it (the next turn's
         # exactness on every backend: test_conformance.py).
         assert engine.messages[-1].tokens == plain[:n]
+        # The KV cache holds that conversation and nothing of the step beyond the cut, as llama.cpp itself says.
+        cached = engine.ctx.cached
+        assert cached == engine.tokens[:len(cached)] and len(cached) >= len(engine.tokens) - 1
+        assert lc.llama_memory_seq_pos_max(lc.llama_get_memory(engine.ctx.ptr), 0) == len(cached) - 1
     if method != "none" and spec["n_max"] != "auto":  # ("auto" drafts as short as pays: not always past the loop)
         assert cut_midway  # the case the rule's placement exists for was met at least once
 

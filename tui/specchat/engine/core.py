@@ -463,6 +463,8 @@ class Engine:
                     yield from self._step_events(reply, outcome, step, depth)
                     if reply.looped:
                         finish = "loop"
+                        # Cut midway through the accepted tokens, the step left the rest in the cache: drop them.
+                        self.ctx.truncate(len(self.tokens))
                     elif outcome.ends_reply:
                         finish = "stop"
                         stats.end_from_draft = outcome.token is None
