@@ -174,7 +174,7 @@ def main() -> None:
           f"plain steps; exact up to {verify.exact} rows")
     spec = config.spec
     drafter = NgramDrafter(spec.ngram_min, spec.ngram_max)
-    rules = engine.rules
+    rules = engine.speculation.rules
     makers: dict[str, Callable[[], Policy | object]] = {
         "auto": lambda: EngineAuto(MatchHazards(verify, k_max)),
         **{f"n_max {n}": (lambda n=n: Fixed(n)) for n in (4, 8, 16, 32)},

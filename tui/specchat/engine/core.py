@@ -2,35 +2,27 @@
 
 ``Engine.reply`` turns a user message into events (see ``events``); each verify step is one call of
 ``loop.speculate`` — draft, verify, accept, roll back — whose outcome is emitted in the documented order. The
-conversation's tokens live in ``conversation``, loading and hot reload in ``loading``, the drafters in ``drafters``
-and ``combined``, and ``n_max = "auto"`` in ``adaptive`` (its policies in ``auto``, the costs they learn in
-``learned_costs``, what lasts between processes in ``auto_memory``).
+conversation's tokens live in ``conversation``, loading and hot reload in ``loading``, what drafts and how far in
+``speculation`` (the drafters in ``drafters`` and ``combined``, ``n_max = "auto"`` in ``adaptive`` (its policies in ``auto``, the costs they learn in
+``learned_costs``, what lasts between processes in ``auto_memory``)).
 """
 
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from time import perf_counter
 
-import llama_cpp as lc
 import numpy as np
 
-from .. import paths
 from ..errors import ConfigError
-from .adaptive import AUTO_K_MAX, Adaptive
-from .auto import VerifyCost
-from .auto_memory import AutoMemory
 from .candidates import Ranked, RowJudgement, ranked
 from .chat_template import ChatTemplate
-from .config import DEFAULT_MAX_TOKENS, SWITCHED_OFF_BY_HAND, EngineConfig, SpecConfig
+from .config import DEFAULT_MAX_TOKENS, EngineConfig
 from .conversation import Conversation, Message
-from .combined import NgramThenModel
-from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
 from .cpu import ThreadGovernor
-from .drafters import Draft, Drafter, NgramDrafter
-from .learned_costs import LearnedVerifyCost
+from .drafters import Draft, Drafter
 from .events import (
     Candidate,
     DraftRejected,
@@ -51,6 +43,7 @@ from .loop import Rules, StepOutcome, speculate
 from .loops import LoopWatch, loop_watch
 from .reference import PlainReference
 from .sampling import pick
+from .speculation import Speculation
 from .stats import ReplyStats, rate
 
 __all__ = ["Engine", "Message"]
@@ -88,10 +81,8 @@ class Engine:
             self._target.close()
             raise
         self.chat = Conversation(self._target.model, self._target.template)
-        self._learned: dict[tuple[SpecConfig, object], Adaptive] = {}
-        self._learned_costs: dict[str, LearnedVerifyCost] = {}  # per target, threads and sweep: shared by methods
-        self._ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
-        self._configure_speculation()
+        self.speculation = Speculation(config)
+        self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
         self._governor = self._new_governor()
         self.new_chat()
 
@@ -124,25 +115,7 @@ class Engine:
     @property
     def notes(self) -> list[str]:
         """What the configuration does differently from what it says, each as one line to show once."""
-        notes = [self.template.note] if self.template.note else []
-        spec, sampling = self.config.spec, self.config.sampling
-        if spec.uses_draft_model and spec.n_min > 0 and not sampling.greedy:
-            notes.append(f"n_min {spec.n_min} applies to the draft model only at temperature 0: dropping a sampled"
-                         " draft for being short would bias the output, so its short sampled drafts are verified too"
-                         + (" (short copies, which are one-hot, are still dropped)" if spec.copies else ""))
-        if self.config.kv_cache == "f16" and self.config.target.n_gpu_layers == 0 and spec.method != "none":
-            notes.append('kv_cache "f16": beyond 256 tokens of context llama.cpp\'s CPU attention computes a lone token'
-                         " differently from a batch, so greedy output with speculation can differ from plain decoding"
-                         ' where two tokens nearly tie — "q8_0" (the default) or "bf16" keep them identical')
-        verify = self._verify
-        if verify is not None and verify.exact < 2:
-            notes.append("on this backend a batch's logits differ from one-at-a-time decoding (measured): greedy output"
-                         " with speculation can differ from plain decoding where two tokens nearly tie")
-        elif verify is not None and not spec.adaptive and verify.exact < int(spec.n_max) + 1:
-            notes.append(f"drafts are verified {verify.exact - 1} tokens at most, not n_max {spec.n_max}: larger"
-                         f" batches are computed with other kernels on this backend (measured) and could change the"
-                         " output")
-        return notes
+        return ([self.template.note] if self.template.note else []) + self.speculation.notes()
 
     def close(self) -> None:
         if self._draft is not None:
@@ -167,12 +140,10 @@ class Engine:
                 raise
             self.close()
             self._target, self._draft, self.config = target, draft, config
-            self._learned.clear()  # what was learned about the old target means nothing for the new one
-            self._learned_costs.clear()
-            self._ngram.forget()  # nor are its token ids the new target's
+            self.speculation.forget_target()
             messages = [Message(m.role, m.content, None, m.finish_reason) for m in self.messages]
             self.chat = Conversation(target.model, target.template)
-            self._configure_speculation()
+            self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
             self._governor = self._new_governor()
             # Token ids of the old target mean nothing to the new one: keep the text, re-tokenize.
             self.restore(messages)
@@ -196,7 +167,7 @@ class Engine:
             self._draft.threads = config.draft.threads
         self.config = config
         if config.spec != old.spec or config.sampling != old.sampling or action == "draft reloaded":
-            self._configure_speculation()
+            self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
         if (config.target.threads, config.adapt_threads) != (old.target.threads, old.adapt_threads):
             self._governor = self._new_governor()
         return action
@@ -215,110 +186,26 @@ class Engine:
     @property
     def ngram_index_size(self) -> int:
         """n-gram keys the prompt-lookup drafter holds (bounded however long the chat: benchmarks/stress)."""
-        return self._ngram.index_size
+        return self.speculation.ngram.index_size
 
     @property
     def threads(self) -> int:
         return self._governor.threads if self._governor is not None else self.config.target.threads
 
-    def _configure_speculation(self) -> None:
-        spec, sampling = self.config.spec, self.config.sampling
-        if self._ngram.sizes != range(spec.ngram_max, spec.ngram_min - 1, -1):
-            self._ngram = NgramDrafter(spec.ngram_min, spec.ngram_max)
-        self._auto = None
-        self._verify = None
-        if spec.method != "none":
-            longest = max(AUTO_K_MAX.values()) if spec.adaptive else int(spec.n_max)
-            self._verify = self._costs(self.target, self.ctx, self.config.target, sizes_up_to(longest + 1))
-        if spec.adaptive and self._verify is not None:
-            # What "auto" learned about a configuration survives a switch away and back (an A/B run, a toggle).
-            key = (spec, self._draft.identity if self._draft is not None else None, replace(sampling, seed=0))
-            if key not in self._learned:
-                self._learned[key] = self._new_auto(self._verify)
-            self._auto = self._learned[key]
-        self._combined = None
-        if spec.method == "ngram+draft" and self._draft is not None:
-            self._combined = NgramThenModel(self._ngram, self._draft.drafter, *self._combined_lengths())
-        seed = sampling.seed
-        self.rules = Rules(sampling, np.random.default_rng(seed), np.random.default_rng(seed + 1), self.target,
-                           n_min=spec.n_min, p_min=spec.p_min)
-
-    def _combined_lengths(self) -> tuple[Callable[[int], int], Callable[[], int]]:
-        """How far the combined method verifies a copy from a match, and drafts with the model otherwise: the two
-        policies of "auto", or n_max for both."""
-        auto = self._auto
-        if auto is None:
-            fixed = int(self.config.spec.n_max)
-            return (lambda _match: fixed), (lambda: fixed)
-        hazards, acceptance = auto.hazards, auto.acceptance
-        assert hazards is not None and acceptance is not None
-        return hazards.plan, lambda: auto.lengthen(acceptance.plan(), acceptance)
+    @property
+    def drafter(self) -> Drafter | None:
+        return self.speculation.drafter
 
     @property
     def max_verify(self) -> int | None:
-        """The most tokens one verify batch may hold: the largest batch measured exact on this backend (None: no
-        limit, when not even two rows were exact — see ``notes``)."""
-        return self._verify.exact if self._verify is not None and self._verify.exact >= 2 else None
-
-    def _new_auto(self, verify: VerifyCost) -> Adaptive:
-        """The draft-length policies of "auto", with what this target's costs and an earlier process taught them."""
-        spec, sampling = self.config.spec, self.config.sampling
-        exact = self.max_verify or max(AUTO_K_MAX.values()) + 1
-        k_max = {kind: min(longest, exact - 1) for kind, longest in AUTO_K_MAX.items()}
-        costs_key = f"costs|{self._cost_key(self.target, self.ctx, self.config.target)}|sizes={verify.sizes}"
-        if costs_key not in self._learned_costs:
-            self._learned_costs[costs_key] = LearnedVerifyCost(verify, self._depth_slope())
-        draft_cost = None
-        if spec.uses_draft_model:
-            assert self._draft is not None and self.config.draft is not None
-            draft_cost = self._costs(self._draft.model, self._draft.ctx, self.config.draft, (1,)).seconds[0]
-        draft = self._draft.model.identity if self._draft is not None else None
-        key = (f"auto|{self.target.identity}|kv={self.ctx.kv_cache}|{spec.method}|draft={draft}|n_min={spec.n_min}"
-               f"|p_min={spec.p_min}|ngram={spec.ngram_min}-{spec.ngram_max}|temperature={sampling.temperature}"
-               f"|top_k={sampling.top_k}|top_p={sampling.top_p}|min_p={sampling.min_p}")
-        return Adaptive.open(self._learned_costs[costs_key], spec.method, k_max, draft_cost,
-                             AutoMemory(paths.auto_memory_file()), key, costs_key, len(self.tokens))
-
-    @staticmethod
-    def _cost_key(model: Model, ctx: Context, spec) -> str:
-        return (f"{model.identity}|threads={spec.threads}|gpu_layers={spec.n_gpu_layers}|kv={ctx.kv_cache}"
-                f"|llama.cpp {lc.__version__}")
-
-    @classmethod
-    def _costs(cls, model: Model, ctx: Context, spec, sizes: tuple[int, ...]) -> VerifyCost:
-        token = max(model.bos, 0)
-        return CostCache(paths.verify_costs_file()).get(f"{cls._cost_key(model, ctx, spec)}|sizes={sizes}",
-                                                        lambda: measure_verify_cost(ctx, token, sizes))
-
-    @property
-    def drafter(self) -> Drafter | None:
-        method = self.config.spec.method
-        if method == "draft" and self._draft is not None:
-            return self._draft.drafter
-        if method == "ngram":
-            return self._ngram
-        if method == "ngram+draft":
-            return self._combined
-        return None
-
-    def speculation_state(self) -> SpeculationState:
-        method = self.config.spec.method
-        if method == "none":
-            return SpeculationState(method, False, SWITCHED_OFF_BY_HAND if self.config.spec.off_by_hand
-                                    else "method is 'none' (plain decoding)")
-        drafter = self.drafter
-        if drafter is not None and drafter.blocked:
-            return SpeculationState(method, False, drafter.blocked)
-        if self._auto is not None and not self._auto.active:
-            return SpeculationState(method, False, self._auto.reason)
-        return SpeculationState(method, True)
+        return self.speculation.max_verify
 
     @property
     def n_max(self) -> int:
-        """The draft length in use: fixed by the profile, or the one "auto" chose last."""
-        if self.config.spec.method == "none":
-            return 0
-        return self._auto.k if self._auto is not None else int(self.config.spec.n_max)
+        return self.speculation.n_max
+
+    def speculation_state(self) -> SpeculationState:
+        return self.speculation.state()
 
     # -- conversation ------------------------------------------------------------------------------------------
 
@@ -337,7 +224,7 @@ class Engine:
     def _index_anew_unless_grown(self, before: list[int]) -> None:
         """Drafters that index the conversation start over unless it only grew from ``before``."""
         if common_prefix(before, self.chat.tokens) < len(before):
-            self._ngram.reset()
+            self.speculation.ngram.reset()
 
     def clear_cache(self, *, replies: bool = False) -> None:
         """Empty the KV caches, so the next reply decodes its whole prompt (benchmarks time cold prompts); with
@@ -346,7 +233,7 @@ class Engine:
         if self._draft is not None:
             self._draft.ctx.truncate(0)
         if replies:
-            self._ngram.forget()
+            self.speculation.ngram.forget()
 
     def truncate_cache(self, n_keep: int) -> None:
         """Keep only the first ``n_keep`` cached tokens (an A/B rerun starts from the cache state of the reply it
@@ -358,7 +245,7 @@ class Engine:
         compares with. A run of ``tokens`` at the conversation's depth with the profile's sampling (its own random
         draws: the target's are not disturbed), and how much a step slows per token of context (measured once per
         model, threads and KV cache, kept in the user cache). None when the context has no room for the run."""
-        slope = self._depth_slope()
+        slope = self.speculation.depth_slope()
         seq = list(self.tokens) or [max(self.target.bos, 0)]
         keep = len(seq) - 1
         if keep + tokens + 1 >= self.ctx.n_ctx:
@@ -379,11 +266,6 @@ class Engine:
             return None
         return PlainReference.measured(tps, keep + tokens // 2, slope, not sampling.greedy,
                                        f"a plain run of {tokens} tokens after loading, same loop")
-
-    def _depth_slope(self) -> float:
-        key = f"{self._cost_key(self.target, self.ctx, self.config.target)}|depth slope"
-        token = max(self.target.bos, 0)
-        return CostCache(paths.verify_costs_file()).get_slope(key, lambda: measure_depth_slope(self.ctx, token))
 
     # -- generation --------------------------------------------------------------------------------------------
 
@@ -421,93 +303,79 @@ class Engine:
         self._index_anew_unless_grown(before)
         yield ReplyStarted(len(prompt), reused, len(prompt) - reused, cfg.n_ctx, state)
 
-        reply = _Reply(stats, started, state, replace(self.rules, top=top), loop_watch(cfg.loop))
-        if self._auto is not None:
-            self._auto.begin_reply()
-        finish: str | None = None
-        governor = self._governor
-        if governor is not None:
-            self._use_threads(governor.threads)  # models loaded since were made with the profile's count
+        reply = _Reply(stats, started, state, replace(self.speculation.rules, top=top), loop_watch(cfg.loop))
+        self.speculation.begin_reply()
+        if self._governor is not None:
+            self._use_threads(self._governor.threads)  # models loaded since were made with the profile's count
         contexts = [self.ctx] + ([self._draft.ctx] if self._draft is not None else [])
         for ctx in contexts:  # a long prefill (the target's, or the draft's first) stops when asked, mid-batch
             ctx.interrupt = should_stop
+        finish = "error"
         try:
-            t = perf_counter()
-            stats.prefill_tokens = self.ctx.sync(prompt)
-            stats.t_prefill = perf_counter() - t
-            row = self.ctx.logits()[-1]
-            judged = [RowJudgement(ranked(row, top)[0])] if top else []
-            first = pick(row, cfg.sampling, self.rules.rng)
-            if self.target.is_eog(first):
-                finish = "stop"
-            else:
-                yield self._emit(reply, first, TokenKind.TARGET, 0, self._judgement(judged, None, 0))
-            step = 0
-            while finish is None:
-                room = cfg.n_ctx - len(self.ctx.cached) - 1  # slots left after the pending token
-                if stats.generated >= max_tokens:
-                    finish = "length"
-                elif should_stop():
-                    finish = "cancelled"
-                elif room < 0:
-                    finish = "context_full"
-                else:
-                    step += 1
-                    # Room for the target's own token after the draft, so every judged token can be shown.
-                    limit = min(room, max_tokens - stats.generated - 1, (self.max_verify or self.ctx.n_batch) - 1)
-                    k, choose = self._draft_length(limit)
-                    depth = len(self.ctx.cached)
-                    if self._combined is not None:
-                        self._combined.begin_step()
-                    outcome = speculate(self.ctx, self.tokens, self.drafter, k, reply.rules, choose)
-                    yield from self._step_events(reply, outcome, step, depth)
-                    if reply.looped:
-                        finish = "loop"
-                        # Cut midway through the accepted tokens, the step left the rest in the cache: drop them.
-                        self.ctx.truncate(len(self.tokens))
-                    elif outcome.ends_reply:
-                        finish = "stop"
-                        stats.end_from_draft = outcome.token is None
-                    elif governor is not None and governor.check():
-                        yield ThreadsAdjusted(governor.threads, governor.allowed, governor.others, governor.n_cores)
+            finish = yield from self._generate(reply, prompt, max_tokens, should_stop)
         except DecodeInterrupted:
             finish = "cancelled"
         except GeneratorExit:
             finish = "cancelled"  # a consumer that stops iterating has cancelled the reply
             raise
-        except BaseException:
-            finish = "error"
-            raise
         finally:
             for ctx in contexts:
                 ctx.interrupt = None
-            text = "".join(reply.text) + reply.decoder.decode(b"", final=True)
-            final_state = self.speculation_state()
-            stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
-            self.chat.end_turn(text, list(reply.tokens), finish)
-            if reply.tokens:  # drafts for asking again, regenerating, an A/B rerun
-                self._ngram.remember(recall + reply.tokens)
-            if self._auto is not None:
-                self._auto.keep()  # the next process starts from here
-            stats.context_used = len(self.tokens)
-            stats.threads = self.threads
-            stats.t_total = perf_counter() - started
+            text = self._end_reply(reply, recall, finish)
         yield ReplyFinished(text, finish, stats)
 
-    def _draft_length(self, limit: int) -> tuple[int, Callable[[int], int] | None]:
-        """The most draft tokens this step may verify, and who chooses from a proposed draft (n-gram "auto")."""
-        auto = self._auto
-        if auto is None:
-            return min(self.n_max, limit), None
-        if auto.calibrating:
-            return 0, None
-        hazards = auto.hazards
-        if hazards is not None:  # the n-gram copy is chosen after seeing it
-            # (the combined method asks the draft model's policy itself when it does not copy)
-            return limit, lambda match: min(auto.lengthen(hazards.plan(match), hazards), limit)
-        acceptance = auto.acceptance
-        assert acceptance is not None
-        return min(auto.lengthen(acceptance.plan(), acceptance), limit), None
+    def _generate(self, reply: _Reply, prompt: list[int], max_tokens: int,
+                  should_stop: Callable[[], bool]) -> Generator[Event, None, str]:
+        """The prefill's token, then draft → verify steps until the reply ends; returns why it ended."""
+        cfg, stats = self.config, reply.stats
+        t = perf_counter()
+        stats.prefill_tokens = self.ctx.sync(prompt)
+        stats.t_prefill = perf_counter() - t
+        row = self.ctx.logits()[-1]
+        judged = [RowJudgement(ranked(row, reply.rules.top)[0])] if reply.rules.top else []
+        first = pick(row, cfg.sampling, reply.rules.rng)
+        if self.target.is_eog(first):
+            return "stop"
+        yield self._emit(reply, first, TokenKind.TARGET, 0, self._judgement(judged, None, 0))
+        step = 0
+        while True:
+            room = cfg.n_ctx - len(self.ctx.cached) - 1  # slots left after the pending token
+            if stats.generated >= max_tokens:
+                return "length"
+            if should_stop():
+                return "cancelled"
+            if room < 0:
+                return "context_full"
+            step += 1
+            # Room for the target's own token after the draft, so every judged token can be shown.
+            limit = min(room, max_tokens - stats.generated - 1, (self.max_verify or self.ctx.n_batch) - 1)
+            k, choose = self.speculation.begin_step(limit)
+            depth = len(self.ctx.cached)
+            outcome = speculate(self.ctx, self.tokens, self.drafter, k, reply.rules, choose)
+            yield from self._step_events(reply, outcome, step, depth)
+            if reply.looped:
+                # Cut midway through the accepted tokens, the step left the rest in the cache: drop them.
+                self.ctx.truncate(len(self.tokens))
+                return "loop"
+            if outcome.ends_reply:
+                stats.end_from_draft = outcome.token is None
+                return "stop"
+            governor = self._governor
+            if governor is not None and governor.check():
+                yield ThreadsAdjusted(governor.threads, governor.allowed, governor.others, governor.n_cores)
+
+    def _end_reply(self, reply: _Reply, recall: list[int], finish: str) -> str:
+        """The reply joins the conversation as far as it was shown; returns its text."""
+        stats = reply.stats
+        text = "".join(reply.text) + reply.decoder.decode(b"", final=True)
+        final_state = self.speculation_state()
+        stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
+        self.chat.end_turn(text, list(reply.tokens), finish)
+        self.speculation.end_reply(recall, reply.tokens)
+        stats.context_used = len(self.tokens)
+        stats.threads = self.threads
+        stats.t_total = perf_counter() - reply.started
+        return text
 
     def _step_events(self, reply: _Reply, outcome: StepOutcome, step: int, depth: int) -> Iterator[Event]:
         """A step's events in the documented order: accepted tokens, rejected tail, the target's token, counts."""
@@ -528,10 +396,7 @@ class Engine:
                                 tuple(self._text(t) for t in tail))
         if outcome.token is not None and not self.target.is_eog(outcome.token) and not reply.looped:
             yield self._emit(reply, outcome.token, outcome.kind, step, self._judgement(rows, draft, outcome.n_accepted))
-        if self._auto is not None:
-            self._auto.observe(outcome, depth, self._combined.proposal if self._combined is not None else None)
-        if self.drafter is not None:
-            self.drafter.notice(self.tokens)
+        self.speculation.stepped(outcome, depth, self.tokens)
         state = self.speculation_state()  # "auto" switched, or the drafter met a token it cannot read
         if state != reply.state:
             reply.state = state

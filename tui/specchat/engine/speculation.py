@@ -1,0 +1,217 @@
+"""What drafts and how far, for one engine: the profile's drafter, its draft-length policy and the costs it is priced by.
+
+``Speculation.configure`` sets it up for an engine's configuration and loaded models, again whenever the method,
+sampling or a model changes. A new drafter is one module with a ``drafters.Drafter`` (README: "Adding a drafter") and
+one line in ``drafter``; a new draft-length policy plugs into ``adaptive.Adaptive``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import llama_cpp as lc
+import numpy as np
+
+from .. import paths
+from .adaptive import AUTO_K_MAX, Adaptive
+from .auto import VerifyCost
+from .auto_memory import AutoMemory
+from .combined import NgramThenModel
+from .config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSpec, SpecConfig
+from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
+from .drafters import Drafter, NgramDrafter
+from .events import SpeculationState
+from .learned_costs import LearnedVerifyCost
+from .llama import Context, Model
+from .loading import LoadedDraft, LoadedTarget
+from .loop import Rules, StepOutcome
+
+
+class Speculation:
+    """Not thread-safe, as the engine that owns it. What "auto" learned about a configuration survives a switch away
+    and back (an A/B run, a toggle) until the target changes (``forget_target``)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self._learned: dict[tuple[SpecConfig, object, object], Adaptive] = {}
+        self._learned_costs: dict[str, LearnedVerifyCost] = {}  # per target, threads and sweep: shared by methods
+        self.ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
+
+    def configure(self, config: EngineConfig, target: LoadedTarget, draft: LoadedDraft | None, depth: int) -> None:
+        """Speculate as ``config`` says with these models; ``depth``: the conversation's tokens now."""
+        self.config, self._target, self._draft = config, target, draft
+        spec, sampling = config.spec, config.sampling
+        if self.ngram.sizes != range(spec.ngram_max, spec.ngram_min - 1, -1):
+            self.ngram = NgramDrafter(spec.ngram_min, spec.ngram_max)
+        self.auto: Adaptive | None = None
+        self.verify: VerifyCost | None = None
+        if spec.method != "none":
+            longest = max(AUTO_K_MAX.values()) if spec.adaptive else int(spec.n_max)
+            self.verify = self._costs(target.model, target.ctx, config.target, sizes_up_to(longest + 1))
+        if spec.adaptive and self.verify is not None:
+            key = (spec, draft.identity if draft is not None else None, replace(sampling, seed=0))
+            if key not in self._learned:
+                self._learned[key] = self._new_auto(self.verify, depth)
+            self.auto = self._learned[key]
+        self.combined: NgramThenModel | None = None
+        if spec.method == "ngram+draft" and draft is not None:
+            self.combined = NgramThenModel(self.ngram, draft.drafter, *self._combined_lengths())
+        seed = sampling.seed
+        self.rules = Rules(sampling, np.random.default_rng(seed), np.random.default_rng(seed + 1), target.model,
+                           n_min=spec.n_min, p_min=spec.p_min)
+
+    def forget_target(self) -> None:
+        """The target changed: what was learned about the old one means nothing, nor are its token ids the new one's."""
+        self._learned.clear()
+        self._learned_costs.clear()
+        self.ngram.forget()
+
+    @property
+    def drafter(self) -> Drafter | None:
+        method = self.config.spec.method
+        if method == "draft" and self._draft is not None:
+            return self._draft.drafter
+        if method == "ngram":
+            return self.ngram
+        if method == "ngram+draft":
+            return self.combined
+        return None
+
+    def state(self) -> SpeculationState:
+        method = self.config.spec.method
+        if method == "none":
+            return SpeculationState(method, False, SWITCHED_OFF_BY_HAND if self.config.spec.off_by_hand
+                                    else "method is 'none' (plain decoding)")
+        drafter = self.drafter
+        if drafter is not None and drafter.blocked:
+            return SpeculationState(method, False, drafter.blocked)
+        if self.auto is not None and not self.auto.active:
+            return SpeculationState(method, False, self.auto.reason)
+        return SpeculationState(method, True)
+
+    @property
+    def n_max(self) -> int:
+        """The draft length in use: fixed by the profile, or the one "auto" chose last."""
+        if self.config.spec.method == "none":
+            return 0
+        return self.auto.k if self.auto is not None else int(self.config.spec.n_max)
+
+    @property
+    def max_verify(self) -> int | None:
+        """The most tokens one verify batch may hold: the largest batch measured exact on this backend (None: no
+        limit, when not even two rows were exact — see ``Engine.notes``)."""
+        return self.verify.exact if self.verify is not None and self.verify.exact >= 2 else None
+
+    def notes(self) -> list[str]:
+        """Where speculation does differently from what the configuration says, each as one line to show once."""
+        notes = []
+        spec, sampling = self.config.spec, self.config.sampling
+        if spec.uses_draft_model and spec.n_min > 0 and not sampling.greedy:
+            notes.append(f"n_min {spec.n_min} applies to the draft model only at temperature 0: dropping a sampled"
+                         " draft for being short would bias the output, so its short sampled drafts are verified too"
+                         + (" (short copies, which are one-hot, are still dropped)" if spec.copies else ""))
+        if self.config.kv_cache == "f16" and self.config.target.n_gpu_layers == 0 and spec.method != "none":
+            notes.append('kv_cache "f16": beyond 256 tokens of context llama.cpp\'s CPU attention computes a lone token'
+                         " differently from a batch, so greedy output with speculation can differ from plain decoding"
+                         ' where two tokens nearly tie — "q8_0" (the default) or "bf16" keep them identical')
+        verify = self.verify
+        if verify is not None and verify.exact < 2:
+            notes.append("on this backend a batch's logits differ from one-at-a-time decoding (measured): greedy output"
+                         " with speculation can differ from plain decoding where two tokens nearly tie")
+        elif verify is not None and not spec.adaptive and verify.exact < int(spec.n_max) + 1:
+            notes.append(f"drafts are verified {verify.exact - 1} tokens at most, not n_max {spec.n_max}: larger"
+                         f" batches are computed with other kernels on this backend (measured) and could change the"
+                         " output")
+        return notes
+
+    # -- a reply's steps ----------------------------------------------------------------------------------------
+
+    def begin_reply(self) -> None:
+        if self.auto is not None:
+            self.auto.begin_reply()
+
+    def begin_step(self, limit: int) -> tuple[int, Callable[[int], int] | None]:
+        """A step begins: the most draft tokens it may verify, and who chooses from a proposed draft (n-gram
+        "auto")."""
+        if self.combined is not None:
+            self.combined.begin_step()
+        auto = self.auto
+        if auto is None:
+            return min(self.n_max, limit), None
+        if auto.calibrating:
+            return 0, None
+        hazards = auto.hazards
+        if hazards is not None:  # the n-gram copy is chosen after seeing it
+            # (the combined method asks the draft model's policy itself when it does not copy)
+            return limit, lambda match: min(auto.lengthen(hazards.plan(match), hazards), limit)
+        acceptance = auto.acceptance
+        assert acceptance is not None
+        return min(auto.lengthen(acceptance.plan(), acceptance), limit), None
+
+    def stepped(self, outcome: StepOutcome, depth: int, tokens: list[int]) -> None:
+        """A step verified at ``depth``: "auto" learns from it, the drafter sees the conversation it left."""
+        if self.auto is not None:
+            self.auto.observe(outcome, depth, self.combined.proposal if self.combined is not None else None)
+        drafter = self.drafter
+        if drafter is not None:
+            drafter.notice(tokens)
+
+    def end_reply(self, prompt_tail: list[int], reply: list[int]) -> None:
+        """The reply and the prompt tokens before it are kept for drafts: asking again, regenerating, an A/B rerun."""
+        if reply:
+            self.ngram.remember(prompt_tail + reply)
+        if self.auto is not None:
+            self.auto.keep()  # the next process starts from here
+
+    # -- costs --------------------------------------------------------------------------------------------------
+
+    def depth_slope(self) -> float:
+        """How much a step slows per token of context, measured once per model, threads and KV cache."""
+        target = self._target
+        key = f"{cost_key(target.model, target.ctx, self.config.target)}|depth slope"
+        token = max(target.model.bos, 0)
+        return CostCache(paths.verify_costs_file()).get_slope(key, lambda: measure_depth_slope(target.ctx, token))
+
+    def _combined_lengths(self) -> tuple[Callable[[int], int], Callable[[], int]]:
+        """How far the combined method verifies a copy from a match, and drafts with the model otherwise: the two
+        policies of "auto", or n_max for both."""
+        auto = self.auto
+        if auto is None:
+            fixed = int(self.config.spec.n_max)
+            return (lambda _match: fixed), (lambda: fixed)
+        hazards, acceptance = auto.hazards, auto.acceptance
+        assert hazards is not None and acceptance is not None
+        return hazards.plan, lambda: auto.lengthen(acceptance.plan(), acceptance)
+
+    def _new_auto(self, verify: VerifyCost, depth: int) -> Adaptive:
+        """The draft-length policies of "auto", with what this target's costs and an earlier process taught them."""
+        config, target, draft = self.config, self._target, self._draft
+        spec, sampling = config.spec, config.sampling
+        exact = self.max_verify or max(AUTO_K_MAX.values()) + 1
+        k_max = {kind: min(longest, exact - 1) for kind, longest in AUTO_K_MAX.items()}
+        costs_key = f"costs|{cost_key(target.model, target.ctx, config.target)}|sizes={verify.sizes}"
+        if costs_key not in self._learned_costs:
+            self._learned_costs[costs_key] = LearnedVerifyCost(verify, self.depth_slope())
+        draft_cost = None
+        if spec.uses_draft_model:
+            assert draft is not None and config.draft is not None
+            draft_cost = self._costs(draft.model, draft.ctx, config.draft, (1,)).seconds[0]
+        draft_id = draft.model.identity if draft is not None else None
+        key = (f"auto|{target.model.identity}|kv={target.ctx.kv_cache}|{spec.method}|draft={draft_id}"
+               f"|n_min={spec.n_min}|p_min={spec.p_min}|ngram={spec.ngram_min}-{spec.ngram_max}"
+               f"|temperature={sampling.temperature}|top_k={sampling.top_k}|top_p={sampling.top_p}"
+               f"|min_p={sampling.min_p}")
+        return Adaptive.open(self._learned_costs[costs_key], spec.method, k_max, draft_cost,
+                             AutoMemory(paths.auto_memory_file()), key, costs_key, depth)
+
+    @staticmethod
+    def _costs(model: Model, ctx: Context, spec: ModelSpec, sizes: tuple[int, ...]) -> VerifyCost:
+        token = max(model.bos, 0)
+        return CostCache(paths.verify_costs_file()).get(f"{cost_key(model, ctx, spec)}|sizes={sizes}",
+                                                        lambda: measure_verify_cost(ctx, token, sizes))
+
+
+def cost_key(model: Model, ctx: Context, spec: ModelSpec) -> str:
+    """What a measured cost holds for: the model, its threads, GPU layers and KV cache, and llama.cpp's version."""
+    return (f"{model.identity}|threads={spec.threads}|gpu_layers={spec.n_gpu_layers}|kv={ctx.kv_cache}"
+            f"|llama.cpp {lc.__version__}")
