@@ -180,3 +180,9 @@ def plain(target_path, draft_path):
     reference = PlainDecoding(target_path, draft_path)
     yield reference
     reference.close()
+
+
+def notices(app) -> list[str]:
+    """The notifications an app has shown and not yet dismissed. Textual has no public reader of them: this is the
+    one place that reaches into its private list."""
+    return [str(n.message) for n in app._notifications]

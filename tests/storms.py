@@ -60,7 +60,7 @@ def check_invariants(app: SpecchatApp, db: Path) -> None:
     # The engine holds the session's history — or, once the context filled, its system prompt and latest turns — and
     # that, tokenised again, is its tokens; the cache holds them all but at most the last generated token (decoded at
     # the next step) — or, when Esc stopped the prefill, the part of the prompt it decoded (the next prefill goes on).
-    history = app.conversation.engine_messages(app.backend.target_id)
+    history = app.session.engine_messages(app.backend.target_id)
     if history and history[-1].role == "assistant":
         held = engine.messages
         system = [m for m in history[:1] if m.role == "system"]
@@ -68,7 +68,7 @@ def check_invariants(app: SpecchatApp, db: Path) -> None:
         assert held[:len(system)] == system and turns and history[len(history) - len(turns):] == turns
         rebuilt, _ = engine.chat.rebuild(held)
         assert rebuilt == engine.tokens
-    record = app.conversation.last_reply
+    record = app.session.last_reply
     stopped_in_prefill = record is not None and record.finish_reason == "cancelled" and not record.tokens
     assert cached == engine.tokens[:len(cached)], (len(cached), len(engine.tokens), record and record.finish_reason)
     assert stopped_in_prefill or len(cached) >= len(engine.tokens) - 1, (len(cached), len(engine.tokens))
@@ -77,7 +77,7 @@ def check_invariants(app: SpecchatApp, db: Path) -> None:
         assert view.segments == record.segments
         stored = Store(db)
         try:
-            last = stored.messages(app.conversation.id)[-1]
+            last = stored.messages(app.session.id)[-1]
         finally:
             stored.close()
         assert [tuple(s) for s in last.segments] == record.segments and last.finish_reason == record.finish_reason
@@ -94,9 +94,9 @@ async def storm(pilot, rounds: int, profiles: list[str], db: Path, rng: random.R
         await pilot.pause(rng.uniform(0.0, 1.5))
         if app.busy is not None:
             await pilot.press("escape")
-        await wait_until(pilot, lambda: app.busy is None and app.conversation.last_reply is not None
-                    and app.conversation.last_reply.finish_reason is not None)
-        log.cancelled += app.conversation.last_reply.finish_reason == "cancelled"
+        await wait_until(pilot, lambda: app.busy is None and app.session.last_reply is not None
+                    and app.session.last_reply.finish_reason is not None)
+        log.cancelled += app.session.last_reply.finish_reason == "cancelled"
         check_invariants(app, db)
         name = profiles[round_ % len(profiles)]
         await pilot.press("f2")
@@ -112,5 +112,5 @@ async def storm(pilot, rounds: int, profiles: list[str], db: Path, rng: random.R
         log.rounds += 1
         if new_chat_every and log.rounds % new_chat_every == 0:
             await pilot.press("ctrl+n")
-            await wait_until(pilot, lambda: app.conversation.last_reply is None and not app.query(ReplyView))
+            await wait_until(pilot, lambda: app.session.last_reply is None and not app.query(ReplyView))
         log.rss.append(rss_bytes() or 0)

@@ -19,6 +19,7 @@ from specchat.app.widgets.prompt import PromptInput
 from specchat.app.widgets.reply import ProvenanceLines, ReplyView, provenance_text
 from specchat.engine.events import TokenEmitted, TokenKind
 from specchat.chats.store import Store
+from conftest import notices
 
 SIZE = (140, 45)
 
@@ -98,7 +99,7 @@ async def test_escape_cancels_and_keeps_the_partial_reply(settings, make_engine)
         assert view.finish_reason == "cancelled" and 8 <= len(view.segments) < 400
         assert "cancelled" in plain_text(view.status_line)
         assert app.backend.engine.messages[-1].finish_reason == "cancelled"
-        stored = Store(settings.db_path).messages(app.conversation.id)
+        stored = Store(settings.db_path).messages(app.session.id)
         assert stored[-1].finish_reason == "cancelled" and stored[-1].content == view.text
         follow = await ask(pilot, "Shorter, please.")  # the chat goes on from the kept partial reply
         assert follow.finish_reason in ("stop", "length", "loop")
@@ -161,14 +162,14 @@ async def test_the_profile_picker_closed_before_its_draft_search_ends(settings, 
 def plain_reply(make_engine, app: SpecchatApp, text: str) -> list[int]:
     """In-process plain decoding's reply to ``text`` after the app's chat so far (the last exchange left out when it
     is ``text``'s): what a greedy reply of the app must equal, token for token."""
-    turns = app.conversation.turns
+    turns = app.session.turns
     if len(turns) >= 2 and turns[-2].text == text:
         turns = turns[:-2]
     from specchat.chats.session import engine_messages
 
-    engine = make_engine("none", system_prompt=app.conversation.system_prompt)
+    engine = make_engine("none", system_prompt=app.session.system_prompt)
     engine.apply(dataclasses.replace(engine.config, loop=app.backend.config.loop))  # (test_loops.py checks the rule)
-    engine.restore(engine_messages(turns, app.conversation.system_prompt, app.backend.target_id))
+    engine.restore(engine_messages(turns, app.session.system_prompt, app.backend.target_id))
     return [e.token for e in engine.reply(text, max_tokens=app.settings.max_tokens) if isinstance(e, TokenEmitted)]
 
 
@@ -205,13 +206,13 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.busy is None and app.backend.engine.draft_model is not None)
         assert app.backend.engine.draft_model.path.name == "another-draft.gguf" and app.backend.engine.target is target
-        assert any("draft reloaded" in str(n.message) for n in app._notifications)
+        assert any("draft reloaded" in n for n in notices(app))
 
         # A profile whose models are missing: one message, the previous profile stays.
         app.start_load("qwen3-8b-1.7b")
         await wait_until(pilot, lambda: app.busy is None)
         assert app.backend.engine.target is target and app.profile.name == "ngram"
-        assert any("not found" in str(n.message) for n in app._notifications)
+        assert any("not found" in n for n in notices(app))
         assert (await ask(pilot, "Still working?")).tokens == plain_reply(make_engine, app, "Still working?")
 
 
@@ -302,7 +303,7 @@ async def test_prompt_input_keys(settings):
         prompt.post_message(events.Paste("x" * (settings.max_paste_chars + 1)))
         await pilot.pause(0.1)
         assert prompt.text == "second"
-        assert any("paste of" in str(n.message) for n in app._notifications)
+        assert any("paste of" in n for n in notices(app))
 
 
 async def test_narrow_terminal_collapses_the_sidebar(settings):
@@ -324,7 +325,7 @@ async def test_message_larger_than_the_context_is_refused_with_a_message(setting
         app = await ready(pilot)
         app.query_one(PromptInput).load_text("please summarise this " * 40)
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.busy is None and any("context holds 96" in str(n.message) for n in app._notifications))
+        await wait_until(pilot, lambda: app.busy is None and any("context holds 96" in n for n in notices(app)))
         assert not list(app.query(ReplyView))
         assert (await ask(pilot, "Hi")).segments  # the chat goes on
 
@@ -336,8 +337,8 @@ async def test_a_damaged_database_is_kept_aside_and_a_new_one_saves_the_chat(set
         app = await ready(pilot)
         (aside,) = settings.db_path.parent.glob("chats.sqlite3.damaged-*")
         assert aside.read_bytes() == damaged  # kept as it was, for recovery
-        notices = [str(n.message) for n in app._notifications]
-        assert any(str(settings.db_path) in n and str(aside) in n and ".recover" in n for n in notices), notices
+        shown = notices(app)
+        assert any(str(settings.db_path) in n and str(aside) in n and ".recover" in n for n in shown), shown
         reply = await ask(pilot, "Hello?")
     assert Store(settings.db_path).messages(1)[1].content == reply.text  # the new database saves the chat
 
@@ -348,7 +349,7 @@ async def test_unwritable_database_location(settings, tmp_path):
     settings.db_path = blocker / "chats.sqlite3"
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
-        assert app.conversation.store is None
+        assert app.session.store is None
         assert (await ask(pilot, "Hello?")).segments
 
 
@@ -460,8 +461,8 @@ async def test_thinking_is_shown_while_streaming_and_folded_when_done(settings):
     settings.autoload = False
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = pilot.app
-        app._mount_turn(app.conversation.add_user("A fruit?"))
-        record = app.conversation.add_reply("")
+        app._mount_turn(app.session.add_user("A fruit?"))
+        record = app.session.add_reply("")
         app._mount_turn(record)
         await pilot.pause()
         view = app._last_reply
@@ -513,7 +514,7 @@ async def test_quitting_while_a_reply_streams_saves_the_partial_reply(settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         await start_long_reply(pilot)
-        chat = app.conversation.id
+        chat = app.session.id
         await pilot.press("ctrl+q")
     # The engine's step in progress ended and the models were freed before the app returned: a model freed by the
     # interpreter's shutdown under a step still decoding on a daemon thread is a segfault (exit 139, seen once).
@@ -544,15 +545,15 @@ async def test_a_refused_message_leaves_no_trace_and_regenerate_replaces_the_rig
         big = "please summarise this " * 40
         app.query_one(PromptInput).load_text(big)
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.busy is None and any("context holds" in str(n.message) for n in app._notifications))
+        await wait_until(pilot, lambda: app.busy is None and any("context holds" in n for n in notices(app)))
         assert app.query_one(PromptInput).text == big  # given back to edit, not lost
         store = Store(settings.db_path)
-        assert [m.role for m in store.messages(app.conversation.id)] == ["user", "assistant"]
+        assert [m.role for m in store.messages(app.session.id)] == ["user", "assistant"]
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: app.busy is None and len(list(app.query(ReplyView))) == 1)
-        roles = [m.role for m in store.messages(app.conversation.id)]
+        roles = [m.role for m in store.messages(app.session.id)]
         assert roles == ["user", "assistant"] == [m.role for m in app.backend.engine.messages if m.role != "system"]
-        assert store.messages(app.conversation.id)[0].content == "Hi"
+        assert store.messages(app.session.id)[0].content == "Hi"
 
 
 async def test_restored_token_ids_follow_the_target_model_not_the_profile_name(settings, tmp_path, target_path):
@@ -641,7 +642,7 @@ async def test_a_crash_on_the_engine_thread_is_one_line_and_the_app_goes_on(sett
         app.query_one(PromptInput).load_text("Hello?")
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.busy is None, timeout=20)
-        messages = [str(n.message) for n in app._notifications]
+        messages = notices(app)
         assert any("simulated llama.cpp failure" in m and "\n" not in m for m in messages)
         assert (await ask(pilot, "Hello again?")).finish_reason in ("stop", "length", "loop")
 
@@ -720,12 +721,12 @@ async def test_the_chat_through_a_managed_llama_server(settings, llama_server, m
         pid = app.backend.pid
         assert f"llama-server pid {pid}" in sidebar_text(app)
         await pilot.press("ctrl+g")  # ghosts: the server only counts rejected drafts, and the app says so
-        assert any("never which" in str(n.message) for n in app._notifications)
+        assert any("never which" in n for n in notices(app))
         await start_long_reply(pilot)
         os.kill(pid, signal.SIGKILL)
         await wait_until(pilot, lambda: app.busy is None)
         assert app._last_reply.finish_reason == "error" and len(app._last_reply.segments) >= 8
-        assert any("stopped in the middle of the reply" in str(n.message) for n in app._notifications)
+        assert any("stopped in the middle of the reply" in n for n in notices(app))
         again = await ask(pilot, "Hello again.")
         assert again.finish_reason in ("stop", "length", "loop") and app.backend.pid != pid
         running = app.backend.pid

@@ -97,12 +97,12 @@ async def test_attaching_and_completing_in_the_app(files, settings):
         prompt.load_text("Summarise @image.png")
         prompt.move_cursor(prompt.document.end)
         await pilot.press("enter")
-        assert app.conversation.turns == [] and prompt.text == "Summarise @image.png"  # refused, kept to change
+        assert app.session.turns == [] and prompt.text == "Summarise @image.png"  # refused, kept to change
         prompt.load_text("Summarise @no")
         prompt.move_cursor(prompt.document.end)
         await pilot.press("tab")
         assert prompt.text == "Summarise @notes.txt"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.busy is None and app.conversation.last_reply is not None
-                         and app.conversation.last_reply.finish_reason)
-        assert app.conversation.turns[0].text.endswith(f"```\n{NOTES.rstrip()}\n```")
+        await wait_until(pilot, lambda: app.busy is None and app.session.last_reply is not None
+                         and app.session.last_reply.finish_reason)
+        assert app.session.turns[0].text.endswith(f"```\n{NOTES.rstrip()}\n```")

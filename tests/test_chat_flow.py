@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import THREADS, Run
+from conftest import Run, THREADS, notices
 from gguf_fixtures import write_variant
 from specchat.backends import open_backend
 from specchat.chats.session import ChatSession
@@ -313,14 +313,14 @@ async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_o
         await pilot.press("ctrl+b")
         await pilot.pause(0.3)
         assert not isinstance(app.screen, ABScreen) and app.busy is None
-        assert any("this one was cancelled" in str(n.message) for n in app._notifications)
+        assert any("this one was cancelled" in n for n in notices(app))
         await ask(pilot, LONG)  # 300 tokens: its plain rerun takes seconds
         await pilot.press("ctrl+b")
         await pilot.pause(0.5)
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.busy is None)
         assert not isinstance(app.screen, ABScreen)
-        assert any("A/B cancelled" in str(n.message) for n in app._notifications)
+        assert any("A/B cancelled" in n for n in notices(app))
         assert app.backend.speculation_state().active  # the profile is back as it was
 
 

@@ -80,7 +80,7 @@ def test_multibyte_replies_are_whole_in_the_repl(kind, tmp_path, user_cache, lla
 async def ask(pilot, text: str):
     """One question through the app's prompt; the reply's record once it is done."""
     await ask_in_app(pilot, text)
-    return pilot.app.conversation.last_reply
+    return pilot.app.session.last_reply
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -224,15 +224,15 @@ async def test_cancel_then_continue_then_regenerate_in_the_app(kind, tmp_path, s
         await start_long_reply(pilot)
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.busy is None)
-        partial = app.conversation.last_reply
+        partial = app.session.last_reply
         assert partial.finish_reason == "cancelled" and 8 <= len(partial.segments) < 200
         follow = await ask(pilot, CONTINUE)
-        expected = answer_after(plain, app.conversation, app.backend.target_id, CONTINUE, 200)
+        expected = answer_after(plain, app.session, app.backend.target_id, CONTINUE, 200)
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: app.busy is None and app.conversation.last_reply is not follow
-                         and app.conversation.last_reply.finish_reason)
-        again = app.conversation.last_reply
-        assert len(app.conversation.turns) == 4 and app.conversation.turns[1] is partial
+        await wait_until(pilot, lambda: app.busy is None and app.session.last_reply is not follow
+                         and app.session.last_reply.finish_reason)
+        again = app.session.last_reply
+        assert len(app.session.turns) == 4 and app.session.turns[1] is partial
     assert [follow.text, again.text] == [expected[1]] * 2
     if kind != "remote-openai":
         assert [list(follow.tokens), list(again.tokens)] == [expected[0]] * 2

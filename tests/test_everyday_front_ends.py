@@ -60,7 +60,7 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         app = await ready(pilot)
         await ask(pilot, FIRST)
         await ask(pilot, SECOND)
-        before = texts(app.conversation)
+        before = texts(app.session)
         # alt+up twice selects the question before; alt+e puts it into the prompt, Esc leaves it as it was.
         await pilot.press("alt+up", "alt+up", "alt+up")
         assert app.selected == 1 and "selected" in list(app.query("UserMessage, ReplyView"))[1].classes
@@ -68,13 +68,13 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         prompt = app.query_one(PromptInput)
         assert app.editing == 0 and prompt.text == FIRST
         await pilot.press("escape")
-        assert app.editing is None and prompt.text == "" and texts(app.conversation) == before
+        assert app.editing is None and prompt.text == "" and texts(app.session) == before
         await pilot.press("alt+e")
         prompt.load_text(EDITED)
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.busy is None and app.conversation.last_reply.finish_reason)
+        await wait_until(pilot, lambda: app.busy is None and app.session.last_reply.finish_reason)
         ids, text = plain.chat((EDITED,), max_tokens=32)[0]
-        assert texts(app.conversation) == [EDITED, text] and app.conversation.last_reply.tokens == ids
+        assert texts(app.session) == [EDITED, text] and app.session.last_reply.tokens == ids
         assert shown_messages(app) == [EDITED, text] and versions_shown(app) == ["‹ 2/2 ›"]
         assert texts(stored(settings.db_path)) == [EDITED, text]
         # alt+left shows the version before, with everything that followed it; alt+right comes back.
@@ -82,8 +82,8 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         assert shown_messages(app) == before and versions_shown(app) == ["‹ 1/2 ›"]
         assert texts(stored(settings.db_path)) == before
         await pilot.press("escape", "ctrl+r")  # regenerate: the old answer is kept as a version
-        await wait_until(pilot, lambda: app.busy is None and app.conversation.last_reply.finish_reason)
-        assert versions_shown(app) == ["‹ 1/2 ›", "‹ 2/2 ›"] and texts(app.conversation) == before
+        await wait_until(pilot, lambda: app.busy is None and app.session.last_reply.finish_reason)
+        assert versions_shown(app) == ["‹ 1/2 ›", "‹ 2/2 ›"] and texts(app.session) == before
         await pilot.press("alt+left")  # nothing selected: the last message that has versions
         assert versions_shown(app) == ["‹ 1/2 ›", "‹ 1/2 ›"] and stored(settings.db_path).alternatives(3) == (1, 2)
         # The search finds the edited question only in the version not shown; Enter shows that version.
@@ -93,7 +93,7 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         (hit,) = app.screen.hits
         assert hit.where == "a version of #1 not shown"
         await pilot.press("down", "enter")
-        assert texts(app.conversation)[0] == EDITED and versions_shown(app) == ["‹ 2/2 ›"] and app.selected == 0
+        assert texts(app.session)[0] == EDITED and versions_shown(app) == ["‹ 2/2 ›"] and app.selected == 0
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -104,24 +104,24 @@ async def test_fork_delete_rename_and_search_in_the_app(kind, tmp_path, settings
         app = await ready(pilot)
         await ask(pilot, "Écris une phrase avec « été ».")
         await ask(pilot, "写一首关于猫的诗")
-        first_chat, before = app.conversation.id, texts(app.conversation)
+        first_chat, before = app.session.id, texts(app.session)
         await pilot.press("alt+up", "alt+up", "alt+up", "alt+f")  # fork at the first reply
-        assert app.conversation.id != first_chat and texts(app.conversation) == before[:2]
+        assert app.session.id != first_chat and texts(app.session) == before[:2]
         assert shown_messages(app) == before[:2]
         assert texts(stored(settings.db_path, first_chat)) == before  # the forked chat is as it was
         # The fork goes on where it was cut: its next reply is plain decoding's after its two messages.
         history = [Message("system", SYSTEM), Message("user", before[0]),
-                   Message("assistant", before[1], list(app.conversation.turns[1].tokens))]
+                   Message("assistant", before[1], list(app.session.turns[1].tokens))]
         follow = await ask(pilot, "写一首关于猫的诗")
         assert follow.tokens == plain.answer(history, "写一首关于猫的诗", max_tokens=24)[0]
-        before = texts(app.conversation)
+        before = texts(app.session)
         await pilot.press("alt+up", "alt+up", "alt+up", "alt+d")  # delete from the first reply on: asked first
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
-        assert texts(app.conversation) == before
+        assert texts(app.session) == before
         await pilot.press("alt+d", "y")
-        assert texts(app.conversation) == before[:1] and shown_messages(app) == before[:1]
-        assert texts(stored(settings.db_path, app.conversation.id)) == before[:1]
+        assert texts(app.session) == before[:1] and shown_messages(app) == before[:1]
+        assert texts(stored(settings.db_path, app.session.id)) == before[:1]
         # The chat list: renaming the chat on screen renames its session too; search finds words in every chat.
         await pilot.press("ctrl+l")
         screen = app.screen
@@ -129,18 +129,18 @@ async def test_fork_delete_rename_and_search_in_the_app(kind, tmp_path, settings
         await pilot.press("down", "r")
         screen.query_one("#rename").value = "Verano"
         await pilot.press("enter")
-        assert app.conversation.title == "Verano" and stored(settings.db_path, app.conversation.id).title == "Verano"
+        assert app.session.title == "Verano" and stored(settings.db_path, app.session.id).title == "Verano"
         await pilot.press("slash")
         screen.query_one("#chat-search").value = "ete"
         await pilot.pause()
         hits = [hit for hit in screen.hits]
-        assert {(h.chat_id, h.position) for h in hits} >= {(first_chat, 0), (app.conversation.id, 0)}
+        assert {(h.chat_id, h.position) for h in hits} >= {(first_chat, 0), (app.session.id, 0)}
         options = screen.query_one("#chat-list")
         prompts = [options.get_option_at_index(i).prompt for i in range(options.option_count)]
         lit = {p.plain[s.start:s.end] for p in prompts for s in p.spans if str(s.style) == HIT_STYLE}
         assert "été" in lit and {w.lower().replace("é", "e") for w in lit} == {"ete"}  # the hits lit, and only they
         await pilot.press("down", "enter")
-        assert app.conversation.id == hits[0].chat_id and app.selected == hits[0].position
+        assert app.session.id == hits[0].chat_id and app.selected == hits[0].position
         await pilot.press("ctrl+l")
         app.screen.query_one("#chat-search").value = "猫"
         await pilot.pause()
@@ -153,10 +153,10 @@ async def test_copying_any_code_block(settings):
         app = await ready(pilot)
         record = ReplyRecord(segments=[("Two blocks:\n```python\nprint(1)\n```\nand\n```sh\necho two\nls\n```\n",
                                         "target")], tokens=[1], finish_reason="stop")
-        app.conversation.add_user("code?")
-        app.conversation.turns.append(record)
-        app.conversation.add_user("and one more?")
-        app.conversation.turns.append(ReplyRecord(segments=[("```\nonly\n```", "target")], tokens=[1],
+        app.session.add_user("code?")
+        app.session.turns.append(record)
+        app.session.add_user("and one more?")
+        app.session.turns.append(ReplyRecord(segments=[("```\nonly\n```", "target")], tokens=[1],
                                                   finish_reason="stop"))
         app.show_turns()
         copied = []
@@ -222,14 +222,14 @@ async def test_a_refused_edit_and_a_stale_selection_in_the_app(settings):
         app = await ready(pilot)
         await ask(pilot, FIRST)
         await ask(pilot, SECOND)
-        before = texts(app.conversation)
+        before = texts(app.session)
         await pilot.press("alt+up", "alt+up", "alt+up", "alt+up", "alt+e")
         prompt = app.query_one(PromptInput)
         huge = "word " * 5000
         prompt.load_text(huge)
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.busy is None)
-        assert texts(app.conversation) == before and shown_messages(app) == before and versions_shown(app) == []
+        assert texts(app.session) == before and shown_messages(app) == before and versions_shown(app) == []
         assert prompt.text == huge and app.editing == 0  # still the edit, to shorten
         await pilot.press("escape")
         assert prompt.text == "" and app.editing is None
@@ -239,7 +239,7 @@ async def test_a_refused_edit_and_a_stale_selection_in_the_app(settings):
         for key in ("alt+e", "ctrl+k", "alt+f", "alt+left"):  # nothing of the old chat's selection is left to crash
             await pilot.press(key)
             await pilot.pause()
-        assert app.is_running and texts(app.conversation)[0] == "Hi!"
+        assert app.is_running and texts(app.session)[0] == "Hi!"
         await pilot.press("alt+d")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("escape")
@@ -250,14 +250,14 @@ async def test_deleting_a_chat_from_the_list_asks_first(tmp_path, settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         await ask(pilot, FIRST)
-        first = app.conversation.id
+        first = app.session.id
         await pilot.press("ctrl+n")
         await ask(pilot, SECOND)
         await pilot.press("ctrl+l", "down", "down", "d")  # the second chat listed is the first one made
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
-        assert {c.id for c in app.conversation.store.conversations()} >= {first}
+        assert {c.id for c in app.session.store.conversations()} >= {first}
         await pilot.press("d", "y")
         await pilot.pause()
-        assert first not in {c.id for c in app.conversation.store.conversations()}
+        assert first not in {c.id for c in app.session.store.conversations()}
         assert isinstance(app.screen, ConversationsScreen)

@@ -21,7 +21,7 @@ from specchat.app.keymap import ALL_BINDINGS, load_keymap
 from specchat.engine.chat_template import ChatTemplate
 from specchat.engine.gguf_header import read_metadata
 from specchat.errors import SpecchatError
-from specchat.profiles.schema import SCHEMA, engine_config, parse_profile
+from specchat.profiles import SCHEMA, engine_config, parse_profile
 from test_bad_input import cli
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")

@@ -18,6 +18,7 @@ from specchat.chats.replay import NO_TRACE, Replay, judgement_of, step_lines, to
 from specchat.chats.trace import events_of, row_of
 from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted, TokenKind
 from specchat.engine.sampling import SamplingParams
+from conftest import notices
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
 KINDS = ("in-process", "managed")
@@ -258,7 +259,7 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
         await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
         await pilot.press("f8")
         await pilot.pause()
-        assert any("no reply to inspect yet" in str(n.message) for n in app._notifications)
+        assert any("no reply to inspect yet" in n for n in notices(app))
         view = await ask_in_app(pilot, PROMPT)
         record = view.record
         await pilot.press("f8")

@@ -17,7 +17,7 @@ from conftest import run
 from specchat.engine.events import TokenKind
 from specchat.engine.loops import LoopRule, LoopWatch
 from specchat.errors import ConfigError
-from specchat.profiles.schema import engine_config, parse_profile
+from specchat.profiles import engine_config, parse_profile
 
 from test_bad_input import cli
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from recorded import load
-from specchat.app.chat_app import Activity, SpecchatApp, make_app
+from specchat.app.chat_app import SpecchatApp, make_app
+from specchat.app.engine_thread import Activity
 from specchat.app.settings import Settings
 from specchat.engine.events import ReplyFinished
 from specchat.telemetry.memory import GpuUnavailable
@@ -39,8 +40,8 @@ def replay(*, finished: bool):
 
     async def run_before(pilot) -> None:
         app: SpecchatApp = pilot.app
-        app._mount_turn(app.conversation.add_user(prompt))
-        app._mount_turn(app.conversation.add_reply(""))
+        app._mount_turn(app.session.add_user(prompt))
+        app._mount_turn(app.session.add_reply(""))
         await pilot.pause()
         app.busy = None if finished else Activity.GENERATING
         app.post_message(SpecchatApp.EventsArrived(events))
@@ -100,7 +101,7 @@ def versions_and_selection():
 
     async def run_before(pilot) -> None:
         app: SpecchatApp = pilot.app
-        session = app.conversation
+        session = app.session
         session.add_user(prompt)
         session.add_reply("").add(events)
         session.branch(1)
@@ -132,7 +133,7 @@ async def searched(pilot) -> None:
         session = ChatSession(store, "tiny", None, lambda line, error: None)
         session.add_user(messages[0])
         finished_reply(session, messages[1])
-    app.conversation.store = store
+    app.session.store = store
     await pilot.press("ctrl+l")
     await pilot.pause()
     app.screen.query_one("#chat-search").value = "codigo"

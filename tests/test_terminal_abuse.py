@@ -135,10 +135,10 @@ async def test_a_resize_storm_while_streaming_keeps_record_view_and_store_equal(
             await pilot.pause(0.01)
         await pilot.resize_terminal(*SIZE)
         await wait_until(pilot, lambda: app.busy is None)
-        record = app.conversation.last_reply
+        record = app.session.last_reply
         view = list(app.query(ReplyView))[-1]
         assert view.segments == record.segments and view.text == record.text
-        stored = Store(settings.db_path).messages(app.conversation.id)[-1]
+        stored = Store(settings.db_path).messages(app.session.id)[-1]
         assert [tuple(s) for s in stored.segments] == record.segments and stored.content == record.text
 
 

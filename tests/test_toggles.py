@@ -10,6 +10,7 @@ import pytest
 from backend_kinds import TURNS, ask, controller_for, write_profile
 from specchat.chats.controller import Refused
 from specchat.engine.config import SWITCHED_OFF_BY_HAND
+from conftest import notices
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
 KINDS = ("in-process", "managed")
@@ -143,20 +144,20 @@ async def test_the_keys_in_the_app(kind, tmp_path, settings, llama_server, serve
             return " ".join(app.sidebar.plain.split())
 
         def notes() -> list[str]:
-            return [str(n.message) for n in app._notifications]
+            return notices(app)
 
         await pilot.press("ctrl+t")
         await wait_until(pilot, lambda: app.busy is None and " INACTIVE " in f" {shown()} ")
         assert "switched off by hand" in shown() and f"speculation off, by hand: {TOOK[kind]}" in notes()
         await ask_in_app(pilot, "Say hi.")
-        assert app.conversation.last_reply.stats["drafted"] == 0
+        assert app.session.last_reply.stats["drafted"] == 0
 
         await pilot.press("ctrl+t")
         await wait_until(pilot, lambda: app.busy is None and " ACTIVE " in f" {shown()} ")
         await pilot.press("f6")
         await wait_until(pilot, lambda: app.busy is None and "draft length 5" in shown())
         await ask_in_app(pilot, "Say hello.")
-        reply = app.conversation.last_reply
+        reply = app.session.last_reply
         assert reply.stats["drafted"] > 0 and reply.stats["n_max"] == 5
         await pilot.press("f5")
         await wait_until(pilot, lambda: app.busy is None and "draft length 4" in shown())
@@ -231,7 +232,7 @@ async def test_favourite_keys_in_the_app(tmp_path, settings):
         assert app.controller.facts.method == "ngram"
         await pilot.press("alt+3")
         await pilot.pause(0.2)
-        assert any("no favourite 3: it names 2" in str(n.message) for n in app._notifications)
+        assert any("no favourite 3: it names 2" in n for n in notices(app))
         await pilot.press("alt+2")
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "tiny")
 

@@ -10,33 +10,33 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from enum import Enum
 from pathlib import Path
-from typing import Any
 
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Static
 
 from ..chats.ab import ABResult
-from ..chats.controller import ChatController, ControllerViews, Exchange, Failure, Switched
-from ..chats.choice import Choice
+from ..chats.controller import ChatController, ControllerViews, Switched
+from ..chats.exchange import Failure
 from ..chats.records import ReplyRecord, UserTurn
 from ..chats.session import ChatSession
 from ..chats.store import Store, StoreError, open_store
-from ..errors import SpecchatError, one_line
+from ..errors import SpecchatError
 from ..profiles import Profile, load_profile
-from ..profiles.favourites import favourite
-from .engine_thread import EngineThread, lower_ui_priority, settle_garbage
+from .engine_thread import Activity, EngineThread, lower_ui_priority
+from .chat_actions import ChatActions
 from .editing import EditingActions
+from .streaming import EXIT_WAIT_S, ReplyStreaming
+from .switching import SwitchingActions
 from .inspecting import InspectingActions
 from .keymap import ALL_BINDINGS, APP_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS, load_keymap
 from .terminal_input import tolerate_invalid_utf8
-from .chat_list import ConversationsScreen
-from .screens import ABScreen, HelpScreen, ProfileScreen, SystemPromptScreen
+from .screens import ABScreen, HelpScreen
 from .settings import Settings
 from .widgets.footer import Footer
 from .widgets.prompt import PromptInput
@@ -49,19 +49,15 @@ from .widgets.sidebar import MemorySnapshot, ProfileInfo, Sidebar
 FRAME_S = 0.2
 
 
-class Activity(Enum):
-    LOADING = "loading"
-    GENERATING = "generating"
-    COMPARING = "comparing"
-
-
-EXIT_WAIT_S = 60.0  # every long operation stops when cancelled; this only bounds a backend that hangs outright
-
-
-class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
+class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions, InspectingActions, EditingActions,
+                  App):
     CSS_PATH = "specchat.tcss"
     BINDINGS = APP_BINDINGS
     TITLE = "specchat"
+    # What the engine thread is doing for the UI (None: nothing), and the line the sidebar shows under the profile
+    # (loading…, an edit in progress, a failed load): the sidebar follows both.
+    busy: var[Activity | None] = var(None)
+    status: var[str] = var("")
 
     class EventsArrived(Message):
         """Engine events of one frame, drained from the engine thread's inbox."""
@@ -106,8 +102,6 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
                                          max_tokens=self.settings.max_tokens)
         self.show_ghosts = False
         self.markdown = False
-        self.status = ""
-        self.busy: Activity | None = None
         self._views: dict[int, ReplyView | UserMessage] = {}  # id(turn) → its widget
         self.memory_snapshot: MemorySnapshot | None = None
         self._named: Profile | None = None  # the profile asked for, before anything is loaded
@@ -116,7 +110,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
         self.remapped: dict[str, str] = {}  # binding id → keys, from keymap.toml
 
     @property
-    def conversation(self) -> ChatSession:
+    def session(self) -> ChatSession:
         return self.controller.session
 
     # -- layout ------------------------------------------------------------------------------------------------------
@@ -141,7 +135,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
 
     @property
     def _last_reply(self) -> ReplyView | None:
-        record = self.conversation.last_reply
+        record = self.session.last_reply
         view = self._views.get(id(record)) if record is not None else None
         return view if isinstance(view, ReplyView) else None
 
@@ -161,7 +155,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
         self.chat.remove_children()
         self.chat.anchor(False)
         self._views.clear()
-        for turn in self.conversation.turns:
+        for turn in self.session.turns:
             self._mount_turn(turn)
         self.chat.scroll_end(animate=False)
         self.call_after_refresh(self._follow)
@@ -169,8 +163,8 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
     def _mount_turn(self, turn: UserTurn | ReplyRecord) -> None:
         view = UserMessage(turn.text) if isinstance(turn, UserTurn) else ReplyView(turn, show_ghosts=self.show_ghosts,
                                                                                    markdown=self.markdown)
-        index = next(i for i, t in enumerate(self.conversation.turns) if t is turn)
-        versions = self.conversation.alternatives(index)
+        index = next(i for i, t in enumerate(self.session.turns) if t is turn)
+        versions = self.session.alternatives(index)
         if versions is not None:
             view.set_versions(versions, f"{self.binding_key('version_previous')} {self.binding_key('version_next')}")
         view.set_class(index == self.selected, "selected")
@@ -182,7 +176,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
 
     def _forget_views(self) -> None:
         """Remove the views of turns the session no longer has (a refused message, a regenerated reply)."""
-        alive = {id(turn) for turn in self.conversation.turns}
+        alive = {id(turn) for turn in self.session.turns}
         for key in [key for key in self._views if key not in alive]:
             view = self._views.pop(key)
             if view is self.inspector.view or view is self.inspector.copy_shown:
@@ -198,7 +192,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
             self.set_keymap(self.remapped)
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=10)
-        session = self.conversation
+        session = self.session
         session.store = self._open_store()
         try:
             self._named = load_profile(self.settings.profile)  # shown until its models are loaded
@@ -226,10 +220,16 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
         # A narrow terminal keeps the chat usable: the sidebar collapses instead of squeezing it.
         self.sidebar.display = width >= self.settings.sidebar_min_width
 
+    def watch_busy(self) -> None:
+        self.refresh_sidebar()
+
+    def watch_status(self) -> None:
+        self.refresh_sidebar()
+
     def refresh_sidebar(self) -> None:
         facts = self.controller.facts
         named = self.profile or self._named
-        name = named.name if named else self.conversation.profile or "(no profile)"
+        name = named.name if named else self.session.profile or "(no profile)"
         method = self.controller.method if facts or not named else named.method
         tip = self.controller.advice()
         said = ""
@@ -271,103 +271,16 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
 
     def _run(self, activity: Activity, status: str, job: Callable[[], None]) -> None:
         """Run ``job`` on the engine thread; it posts its own result, or EngineFailed if it raises."""
-        self.busy = activity
-        self.status = status
-        self.refresh_sidebar()
+        self.busy, self.status = activity, status
         self.engine_thread.submit(job)
 
     def _idle(self) -> None:
-        self.busy = None
-        self.status = ""
+        self.busy, self.status = None, ""
 
     def on_specchat_app_engine_failed(self, message: EngineFailed) -> None:
-        self._idle()
         self._streaming(False)
         self.notify(f"the engine stopped: {message.error}", severity="error", timeout=20)
-        self.refresh_sidebar()
-
-    # -- loading -------------------------------------------------------------------------------------------------------
-
-    def start_load(self, name: str, draft: Path | None = None) -> None:
-        self.start_switch(Choice(name, draft), f"loading {Path(name).stem}…")
-
-    def start_switch(self, choice: Choice, status: str) -> None:
-        if self.busy is not None:  # one job at a time: a message sent between two loads would meet the wrong backend
-            why = "a profile is still loading" if self.busy is Activity.LOADING else \
-                "wait for the reply to finish (or press Esc)"
-            self.notify(f"{why} before switching profiles", severity="warning")
-            return
-        controller = self.controller
-
-        def job() -> None:
-            try:
-                switched = controller.switch(choice)
-            except SpecchatError as exc:
-                self.post_message(self.LoadFailed(str(exc)))
-                return
-            self.post_message(self.ProfileLoaded(switched))
-
-        self._run(Activity.LOADING, status, job)
-
-    def _toggle(self, make: Callable[[], Choice], status: str) -> None:
-        """A quick toggle: a new choice from the one in use, switched with the least reload."""
-        try:
-            choice = make()
-        except SpecchatError as exc:
-            self.notify(str(exc), severity="warning")
-            return
-        self.start_switch(choice, status)
-
-    def action_toggle_speculation(self) -> None:
-        self._toggle(self.controller.speculation_toggled, "switching speculation…")
-
-    def action_previous_profile(self) -> None:
-        self._toggle(self.controller.previous_profile, "back to the previous profile…")
-
-    def action_favourite(self, number: int) -> None:
-        try:
-            name = favourite(self.settings.settings_file, number)
-        except SpecchatError as exc:
-            self.notify(str(exc), severity="warning", timeout=10)
-            return
-        self.start_load(name)
-
-    def action_suggested_profile(self) -> None:
-        tip = self.controller.advice()
-        if tip is None:
-            self.notify("nothing to suggest: F7 follows the sidebar's advice, given when a reply is measured slower"
-                        " than plain decoding", severity="information")
-        elif tip.suggestion is None:
-            self.action_toggle_speculation()
-        else:
-            self.start_load(tip.suggestion)
-
-    def action_draft_longer(self) -> None:
-        self._toggle(lambda: self.controller.draft_length(1), "a longer draft…")
-
-    def action_draft_shorter(self) -> None:
-        self._toggle(lambda: self.controller.draft_length(-1), "a shorter draft…")
-
-    def on_specchat_app_profile_loaded(self, message: ProfileLoaded) -> None:
         self._idle()
-        switched = message.switched
-        before = self.controller.choice
-        notes = self.controller.profile_switched(switched)
-        self._sample_memory()
-        settle_garbage()
-        if switched.action != "loaded":  # the first load needs no announcement; switches do
-            self.notify(switched.announcement(before))
-        for note in notes:
-            self.notify(note, severity="warning", timeout=15)
-        self.refresh_sidebar()
-
-    def on_specchat_app_load_failed(self, message: LoadFailed) -> None:
-        self._idle()
-        self.controller.switch_failed()
-        self.status = "load failed — previous profile kept" if self.backend else "no model loaded"
-        self.notify(message.error, severity="error", timeout=20)
-        self._sample_memory()
-        self.refresh_sidebar()
 
     # -- generation ----------------------------------------------------------------------------------------------------
 
@@ -388,123 +301,8 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
         self.notify(f"paste of {message.size:,} characters refused (limit {message.limit:,}) — attach less text",
                     severity="warning")
 
-    def submit(self, text: str) -> None:
-        if not text.strip():
-            return
-        why = self.why_busy() or self.controller.why_not_send()
-        if why:
-            self.notify(why, severity="warning")
-            self.query_one(PromptInput).load_text(text)
-            return
-        self.edit_sent = None
-        if self.send_edit(text):
-            return
-        try:
-            exchange = self.controller.begin(text)
-        except SpecchatError as exc:  # refused before anything changed (a file that cannot be attached)
-            self.notify(str(exc), severity="warning", timeout=10)
-            self.query_one(PromptInput).load_text(text)
-            return
-        self.start_exchange(exchange)
-
-    def why_busy(self) -> str | None:
-        if self.busy is Activity.LOADING:
-            return "the model is still loading — try again in a moment"
-        if self.busy is not None:
-            return "still answering — press Esc to cancel first"
-        return None
-
-    def start_exchange(self, exchange: Exchange) -> None:
-        """Show the exchange the controller began, then answer it on the engine thread."""
-        self._forget_views()
-        for turn in self.conversation.turns[-2:]:
-            if id(turn) not in self._views:
-                self._mount_turn(turn)
-        self.chat.scroll_end(animate=False)
-        self._streaming(True)
-        controller = self.controller
-
-        def job() -> None:
-            failure = exchange.run(self._inbox.append)  # all the engine thread does per event: it never waits on the UI
-            controller.refresh_facts()
-            if failure is not None:
-                self.post_message(self.ReplyFailed(failure))
-
-        self._run(Activity.GENERATING, "", job)
-
-    def _streaming(self, on: bool) -> None:
-        """Frames run while a reply streams; the prompt's cursor stops blinking then, since each blink is a frame."""
-        if on:
-            self._frame_timer.resume()
-        else:
-            self._frame_timer.pause()
-        self.query_one(PromptInput).cursor_blink = not on
-
-    def _drain(self) -> list[Any]:
-        events = []
-        while self._inbox:
-            events.append(self._inbox.popleft())
-        return events
-
-    def _drain_inbox(self) -> None:
-        events = self._drain()
-        if events:
-            self.post_message(self.EventsArrived(events))
-
-    def on_specchat_app_events_arrived(self, message: EventsArrived) -> None:
-        self._apply_events(message.events)
-        self._follow()
-
-    def _apply_events(self, events: list[Any]) -> None:
-        finished = self.controller.absorb(events)
-        view = self._last_reply
-        if view is not None:
-            view.refresh_view()
-            if finished is not None:
-                view.set_markdown(self.markdown)
-        if finished is not None:
-            self._streaming(False)
-            self._idle()
-            self._sample_memory()
-            settle_garbage()
-        self.refresh_sidebar()
-
-    def on_specchat_app_reply_failed(self, message: ReplyFailed) -> None:
-        events = self._drain()
-        if events:  # what the engine said before failing (e.g. a trimmed context) still counts
-            self._apply_events(events)
-        self._streaming(False)
-        self._idle()
-        text = self.controller.failed(message.failure)
-        if not message.failure.started:  # refused before it began: the chat as it was (an edit's versions too) …
-            self.show_turns()
-            if text is not None:  # … and what was typed goes back to the prompt (still an edit, if it was one)
-                self.query_one(PromptInput).load_text(text)
-                self.editing = self.edit_sent
-        elif self._last_reply is not None:
-            self._last_reply.refresh_view()
-        self.notify(message.failure.error, severity="error", timeout=15)
-        self._sample_memory()
-        self.refresh_sidebar()
-
-    def action_cancel(self) -> None:
-        """Esc: stops the reply (or A/B) in progress; else leaves an edit as it was, else clears the selection."""
-        if self.busy in (Activity.GENERATING, Activity.COMPARING):
-            self.controller.cancel_reply()
-        elif not self.cancel_edit() and self.selected is not None:
-            self.selected = None
-            self.show_selection()
-
     async def action_quit(self) -> None:
         self.exit()
-
-    def _finish_for_exit(self) -> None:
-        """Quitting mid-reply: the reply stops at its next step (a prefill mid-batch), the engine thread finishes
-        what it was doing, and everything it produced is saved, the reply marked interrupted. Nothing is freed under
-        a running decode: the backend closes on the engine thread, after that."""
-        self.controller.quitting()
-        self.engine_thread.wait_idle(EXIT_WAIT_S)
-        self.controller.interrupt(self._drain())
 
     # -- actions -------------------------------------------------------------------------------------------------------
 
@@ -527,19 +325,6 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.settings.keymap))
 
-    def action_profiles(self) -> None:
-        current = self.backend.config.target.path if self.backend else None
-        self.push_screen(ProfileScreen(current, self.profile.name if self.profile else None), self._profile_chosen)
-
-    def _profile_chosen(self, choice: tuple[str, object] | None) -> None:
-        if choice is None:
-            return
-        kind, value = choice
-        if kind == "profile":
-            self.start_load(str(value))
-        elif kind == "draft" and self.profile is not None:
-            self.start_load(str(self.profile.path), Path(str(value)))
-
     def action_toggle_ghosts(self) -> None:
         self.show_ghosts = not self.show_ghosts
         facts = self.controller.facts
@@ -555,7 +340,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
             view.set_markdown(self.markdown)
 
     def action_copy_reply(self) -> None:
-        record = self.conversation.last_reply
+        record = self.session.last_reply
         if record is not None and record.text:
             self.copy_to_clipboard(record.text)
             self.notify("reply copied to the clipboard")
@@ -595,7 +380,6 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
         self._run(Activity.COMPARING, "A/B: rerunning without speculation… (Esc stops it)", job)
 
     def on_specchat_app_abfinished(self, message: ABFinished) -> None:
-        self._idle()
         if message.error:
             self.notify(message.error, severity="warning", timeout=15)
         elif message.result is None:
@@ -604,81 +388,7 @@ class SpecchatApp(ControllerViews, InspectingActions, EditingActions, App):
             self.controller.compared(message.result)
             self.push_screen(ABScreen(message.result))
         self._sample_memory()
-        self.refresh_sidebar()
-
-    def action_new_chat(self) -> None:
-        if self.busy is not None:
-            return
-        self.forget_selection()
-        self.controller.new_chat()
-        self.show_turns()
-        self.refresh_sidebar()
-
-    def action_conversations(self) -> None:
-        if self.conversation.store is None:
-            self.notify("chats are not being saved (no database) — nothing to list", severity="warning")
-            return
-        self.push_screen(ConversationsScreen(self.conversation.store, self._rename, self.conversation.id),
-                         self._conversation_chosen)
-
-    def _rename(self, chat_id: int, title: str) -> None:
-        """A chat renamed in the list: the one on screen through its session (which keeps the title it shows)."""
-        if chat_id == self.conversation.id:
-            self.controller.rename(title)
-            self.refresh_sidebar()
-        else:
-            self.conversation.store.rename(chat_id, title)
-
-    def _conversation_chosen(self, choice: tuple[str, int, int | None, int | None] | None) -> None:
-        if choice is None:
-            return
-        if self.busy is not None:
-            self.notify(f"{self.why_busy()} — then open or export it from the list (ctrl+l)", severity="warning")
-            return
-        action, conversation_id, position, version = choice
-        if action == "open":
-            self.open_conversation(conversation_id)
-            if version is not None and self.conversation.id == conversation_id:
-                try:
-                    self.controller.show_version(position, version)  # the search found it in a version not shown
-                except SpecchatError as exc:
-                    self.notify(str(exc), severity="warning")
-                self.show_turns()
-            if position is not None and position < len(self.conversation.turns):
-                self.selected = position  # the message the search found
-                self.show_selection()
-        elif action == "export":
-            self._export(conversation_id)
-
-    def open_conversation(self, conversation_id: int) -> None:
-        try:
-            self.controller.open_chat(conversation_id)
-        except (StoreError, OSError) as exc:
-            self.notify(one_line(exc), severity="error")
-            return
-        self.forget_selection()
-        self.show_turns()
-        self.refresh_sidebar()
-
-    def action_export(self) -> None:
-        self._export(None)
-
-    def _export(self, chat_id: int | None) -> None:
-        try:
-            md_path, json_path = self.controller.export(self.settings.exports, chat_id)
-        except (SpecchatError, OSError) as exc:
-            self.notify(f"cannot export to {self.settings.exports}: {one_line(exc)}", severity="warning")
-            return
-        self.notify(f"exported to {md_path} and {json_path.name}")
-
-    def action_system_prompt(self) -> None:
-        self.push_screen(SystemPromptScreen(self.conversation.system_prompt or ""), self._system_prompt_set)
-
-    def _system_prompt_set(self, text: str | None) -> None:
-        if text is None or self.busy is not None:
-            return
-        self.controller.set_system_prompt(text)
-        self.notify("system prompt set for this chat")
+        self._idle()
 
     def on_unmount(self) -> None:
         self._finish_for_exit()

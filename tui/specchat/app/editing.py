@@ -25,7 +25,7 @@ class EditingActions:
     # -- selection ---------------------------------------------------------------------------------------------------
 
     def action_select_message(self, step: int) -> None:
-        turns = self.conversation.turns
+        turns = self.session.turns
         if not turns:
             self.notify("no messages yet — ask something first", severity="warning")
             return
@@ -38,12 +38,12 @@ class EditingActions:
 
     def _still_selected(self) -> int | None:
         """The selected turn, while the chat still has it (turns go with a deletion, a version shown, a refusal)."""
-        if self.selected is not None and self.selected >= len(self.conversation.turns):
+        if self.selected is not None and self.selected >= len(self.session.turns):
             self.selected = None
         return self.selected
 
     def show_selection(self) -> None:
-        turns = self.conversation.turns
+        turns = self.session.turns
         self._still_selected()
         for i, turn in enumerate(turns):
             view = self.view_of(turn)
@@ -59,7 +59,7 @@ class EditingActions:
 
     def _chosen(self, user_only: bool = False) -> int | None:
         """The selected turn, else the last one (the last of the user's with ``user_only``)."""
-        turns = self.conversation.turns
+        turns = self.session.turns
         selected = self._still_selected()
         if selected is not None and (not user_only or isinstance(turns[selected], UserTurn)):
             return selected
@@ -77,7 +77,7 @@ class EditingActions:
     def action_version(self, step: int) -> None:
         if not self._idle_or_say():
             return
-        session = self.conversation
+        session = self.session
         index = self._still_selected()
         if index is None:  # the last message that has versions
             index = next((i for i in range(len(session.turns) - 1, -1, -1) if session.alternatives(i)), None)
@@ -105,12 +105,11 @@ class EditingActions:
         if self.editing is None:
             self._before_edit = prompt.text
         self.editing = index
-        prompt.load_text(self.conversation.turns[index].text)
+        prompt.load_text(self.session.turns[index].text)
         prompt.move_cursor(prompt.document.end)
         prompt.focus()
         self.status = (f"editing message {index + 1}: Enter sends it in its place (the old version is kept), Esc leaves"
                        " it as it was")
-        self.refresh_sidebar()
 
     def send_edit(self, text: str) -> bool:
         """The prompt's text sent in place of the message being edited; False when no edit is in progress."""
@@ -135,9 +134,8 @@ class EditingActions:
         """Esc while editing: the prompt holds what it held before; False when no edit is in progress."""
         if self.editing is None:
             return False
-        self.editing, self.status = None, ""
         self.query_one(PromptInput).load_text(self._before_edit)
-        self.refresh_sidebar()
+        self.editing, self.status = None, ""
         return True
 
     def action_fork_chat(self) -> None:
@@ -147,7 +145,7 @@ class EditingActions:
         if index is None:
             self.notify("nothing to fork yet — ask something first", severity="warning")
             return
-        before = self.conversation.title
+        before = self.session.title
         try:
             self.controller.fork(index)
         except SpecchatError as exc:
@@ -165,7 +163,7 @@ class EditingActions:
         if index is None:
             self.notify("no message to delete", severity="warning")
             return
-        after = len(self.conversation.turns) - index - 1
+        after = len(self.session.turns) - index - 1
         question = f"Delete message {index + 1}" + (f" and the {after} after it?" if after else "?")
         self.push_screen(ConfirmScreen(question), lambda yes: self._delete(index) if yes else None)
 
@@ -185,7 +183,7 @@ class EditingActions:
     # -- copying -----------------------------------------------------------------------------------------------------
 
     def action_copy_code(self) -> None:
-        turns = self.conversation.turns
+        turns = self.session.turns
         chosen = self._chosen()
         index = chosen if chosen is not None and isinstance(turns[chosen], ReplyRecord) \
             else next((i for i in range(len(turns) - 1, -1, -1) if isinstance(turns[i], ReplyRecord)), None)

@@ -15,12 +15,21 @@ import queue
 import sys
 import threading
 from collections.abc import Callable
+from enum import Enum
 
 from ..errors import one_line
 
 NAME = "specchat-engine"
 UI_NICENESS = 10
 GIL_SWITCH_S = 0.001
+
+
+class Activity(Enum):
+    """What the engine thread is doing for the UI (the app's ``busy``; None: nothing)."""
+
+    LOADING = "loading"
+    GENERATING = "generating"
+    COMPARING = "comparing"
 
 
 class EngineThread(threading.Thread):

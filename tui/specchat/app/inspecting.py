@@ -53,7 +53,7 @@ class InspectingActions:
         replies = self.reply_views()
         title = f"reply {replies.index(view) + 1} of {len(replies)}"
         try:
-            screen = ReplayScreen(view.record, self.conversation.profile or "", title)
+            screen = ReplayScreen(view.record, self.session.profile or "", title)
         except ValueError as exc:  # a damaged trace
             self.notify(str(exc), severity="warning")
             return

@@ -12,12 +12,12 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
-from ..engine.conversation import Conversation
+from ..engine.conversation import TokenWindow
 from ..engine.events import (
     Candidate,
     Event,
@@ -30,7 +30,7 @@ from ..engine.events import (
     TokenKind,
 )
 from ..engine.llama import Model
-from ..engine.loops import LoopRule, loop_watch
+from ..engine.loops import LoopRule, LoopWatch, loop_watch
 from ..engine.stats import ReplyStats
 from ..errors import BackendError
 from .held_tokens import PieceIndex, chunk_tokens
@@ -76,7 +76,7 @@ class _Reply:
 
 
 class CompletionStream:
-    def __init__(self, vocab: Model | None, index: PieceIndex | None, chat: Conversation | None) -> None:
+    def __init__(self, vocab: Model | None, index: PieceIndex | None, chat: TokenWindow | None) -> None:
         self.vocab, self.index, self.chat = vocab, index, chat
 
     def events(self, request: Request, should_stop: Callable[[], bool]) -> Iterator[Event]:
@@ -86,12 +86,8 @@ class CompletionStream:
                                   speculation_reason=state.reason, n_max=request.n_max if state.active else 0,
                                   prompt_tokens=len(request.prompt) if isinstance(request.prompt, list) else 0,
                                   n_ctx=request.n_ctx), perf_counter())
-        body = {"prompt": request.prompt, "n_predict": request.max_tokens + UTF8_MARGIN, "stream": True,
-                "timings_per_token": True, "return_tokens": True, "cache_prompt": True, **request.body}
-        if request.top:
-            body |= {"n_probs": request.top, "post_sampling_probs": False}  # the raw softmax, as the engine's
-        stream = EventStream(f"{request.url}/completion", body, request.headers, key_env=request.key_env,
-                             should_stop=should_stop)
+        stream = EventStream(f"{request.url}/completion", self._body(request), request.headers,
+                             key_env=request.key_env, should_stop=should_stop)
         tracker = StepTracker()
         watch = loop_watch(request.loop)
         finish: str | None = None
@@ -103,28 +99,10 @@ class CompletionStream:
                 if not announced:
                     announced = True
                     yield self._started(request, reply, timings)
-                content = chunk.get("content", "")
-                ids = chunk_tokens(self.index, content, chunk.get("tokens") or [], timings.get("predicted_n"), seen)
+                ids = chunk_tokens(self.index, chunk.get("content", ""), chunk.get("tokens") or [],
+                                   timings.get("predicted_n"), seen)
                 seen += len(ids)
-                unknown = None in ids  # then the chunk's own text is shown, not its last token's piece alone
-                probabilities = _by_token(ids, chunk.get("completion_probabilities") or [])
-                for i, token in enumerate(ids):
-                    kind, step, position, closed = tracker.token(timings.get("draft_n"),
-                                                                 timings.get("draft_n_accepted"))
-                    yield from self._closed(closed, reply, request)
-                    judgement = _judgement(probabilities[i], position, tracker.drafting) if request.top else None
-                    event = self._token(reply, token, content, i == len(ids) - 1, unknown, kind, step, judgement)
-                    if event is not None:
-                        yield event
-                        # (An id not recovered is like no other token: two of them are no repeat.)
-                        whole = not reply.decoder.getstate()[0]
-                        if watch is not None and watch.add(token if token is not None else object(), whole):
-                            finish = "loop"
-                            reply.stats.loop_span, reply.stats.loop_tokens = watch.span, watch.covered
-                            break
-                        if reply.stats.generated >= request.max_tokens:
-                            finish = "length"
-                            break
+                finish = yield from self._chunk_tokens(chunk, ids, tracker, watch, reply, request)
                 if finish is not None:
                     yield from self._closed(tracker.cut(), reply, request)
                     break
@@ -149,6 +127,38 @@ class CompletionStream:
             stream.close()
             text = self._end(reply, finish)
         yield ReplyFinished(text, finish or "stop", reply.stats)
+
+    @staticmethod
+    def _body(request: Request) -> dict[str, Any]:
+        body = {"prompt": request.prompt, "n_predict": request.max_tokens + UTF8_MARGIN, "stream": True,
+                "timings_per_token": True, "return_tokens": True, "cache_prompt": True, **request.body}
+        if request.top:
+            body |= {"n_probs": request.top, "post_sampling_probs": False}  # the raw softmax, as the engine's
+        return body
+
+    def _chunk_tokens(self, chunk: dict[str, Any], ids: list[int | None], tracker: StepTracker,
+                      watch: LoopWatch | None, reply: _Reply, request: Request) -> Generator[Event, None, str | None]:
+        """A chunk's tokens as events; returns "loop" or "length" where the reply ends within it."""
+        timings = chunk.get("timings") or {}
+        content = chunk.get("content", "")
+        unknown = None in ids  # then the chunk's own text is shown, not its last token's piece alone
+        probabilities = _by_token(ids, chunk.get("completion_probabilities") or [])
+        for i, token in enumerate(ids):
+            kind, step, position, closed = tracker.token(timings.get("draft_n"), timings.get("draft_n_accepted"))
+            yield from self._closed(closed, reply, request)
+            judgement = _judgement(probabilities[i], position, tracker.drafting) if request.top else None
+            event = self._token(reply, token, content, i == len(ids) - 1, unknown, kind, step, judgement)
+            if event is None:
+                continue
+            yield event
+            # (An id not recovered is like no other token: two of them are no repeat.)
+            whole = not reply.decoder.getstate()[0]
+            if watch is not None and watch.add(token if token is not None else object(), whole):
+                reply.stats.loop_span, reply.stats.loop_tokens = watch.span, watch.covered
+                return "loop"
+            if reply.stats.generated >= request.max_tokens:
+                return "length"
+        return None
 
     @staticmethod
     def _started(request: Request, reply: _Reply, timings: dict[str, Any]) -> ReplyStarted:

@@ -19,10 +19,10 @@ from typing import Any
 
 from ..engine.chat_template import ChatTemplate
 from ..engine.config import SWITCHED_OFF_BY_HAND, EngineConfig, without_speculation
-from ..engine.conversation import Conversation, Message, as_dicts
+from ..engine.conversation import TokenWindow, Message, as_dicts
 from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
 from ..engine.llama import Model, model_identity
-from ..engine.reference import PlainReference
+from ..engine.reference import PLAIN_RATE_TOKENS, PlainReference
 from ..engine.stats import rate
 from ..errors import BackendError, ConfigError, SpecchatError, SwitchFailed
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
@@ -38,7 +38,6 @@ SPEC_TYPE_OF_METHOD = {"none": "none", "draft": "draft-simple", "ngram": "ngram-
                        "ngram+draft": "ngram-mod,draft-simple"}
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
 SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
-PLAIN_RATE_TOKENS = 32
 BATCH = 512
 
 
@@ -90,7 +89,7 @@ class LlamaServerBackend:
         self.config = config
         self.process: ServerProcess | None = None
         self._vocab: Model | None = None
-        self.chat: Conversation | None = None
+        self.chat: TokenWindow | None = None
         self.template: ChatTemplate | None = None
         self._template_choice: str | None = None
         try:
@@ -132,7 +131,7 @@ class LlamaServerBackend:
         same_template = same_vocab and self.chat is not None and self._template_choice == config.chat_template
         if not same_template:
             self.template = self._template(config)
-            self.chat = Conversation(self._vocab, self.template) if self._vocab is not None and self.template else None
+            self.chat = TokenWindow(self._vocab, self.template) if self._vocab is not None and self.template else None
         self._template_choice = config.chat_template
         self._stream = CompletionStream(self._vocab, PieceIndex(self._vocab) if self._vocab else None, self.chat)
         self._target_id = (model_identity(config.target.path) if self._vocab is not None
@@ -165,10 +164,7 @@ class LlamaServerBackend:
 
     def _template(self, config: EngineConfig) -> ChatTemplate | None:
         if self._vocab is not None:
-            vocab = self._vocab
-            return ChatTemplate.choose(vocab.chat_template(), config.chat_template, vocab.path.name,
-                                       bos_token=vocab.raw_piece(vocab.bos, special=True).decode("utf-8", "replace"),
-                                       eos_token=vocab.raw_piece(vocab.eos, special=True).decode("utf-8", "replace"))
+            return ChatTemplate.of_model(self._vocab, config.chat_template)
         if self.api == "llama.cpp":
             return ChatTemplate(self._props.get("chat_template") or None, builtin="chatml",
                                 bos_token=self._props.get("bos_token", ""), eos_token=self._props.get("eos_token", ""),

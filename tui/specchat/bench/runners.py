@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from ..backends import Backend, open_backend
 from ..engine import EngineConfig, Message, ReplyFinished, TokenEmitted
-from ..engine.config import BackendSpec
+from ..engine.config import BackendSpec, without_speculation
+from ..engine.conversation import as_dicts
 from ..engine.loops import loop_watch
 from ..errors import SpecchatError
 from ..telemetry.memory import GpuMemory, gpu_memory, peak_rss_bytes, reset_peak_rss
@@ -109,7 +110,7 @@ def specchat_runners(config: EngineConfig, *, warm: bool) -> list[BackendRunner]
     """The profile with its speculation and the same profile plain, on one backend (switched, not reloaded)."""
     backend = open_backend(config)
     where = "specchat" if config.backend.kind == "local" else f"specchat via {config.backend.kind}"
-    plain = dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none"))
+    plain = without_speculation(config)
     return [BackendRunner(BASELINE, backend, plain, warm=warm),
             BackendRunner(f"{where} {config.spec.method}", backend, config, warm=warm, owns=False)]
 
@@ -188,7 +189,7 @@ class LlamaCppPythonRunner:
         start = time.perf_counter()
         ttft = None
         stream = self.llm.create_chat_completion(
-            messages=[{"role": m.role, "content": m.content} for m in messages] + [{"role": "user", "content": task.prompt}],
+            messages=as_dicts([*messages, Message("user", task.prompt)]),
             max_tokens=task.max_tokens, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
             min_p=sampling.min_p, seed=sampling.seed, stream=True,
         )

@@ -52,5 +52,6 @@ def _same_target_ngram(profile: Profile | None) -> str | None:
     if profile is None or profile.method == "ngram" or "ngram" not in available_profiles():
         return None
     ngram = load_profile("ngram")
-    same = all(ngram.values["target"][key] == profile.values["target"][key] for key in ("model", "n_ctx", "kv_cache"))
+    same = (ngram.model("target"), ngram.n_ctx, ngram.kv_cache) == (profile.model("target"), profile.n_ctx,
+                                                                     profile.kv_cache)
     return "ngram" if same and ngram.backend_kind == profile.backend_kind else None

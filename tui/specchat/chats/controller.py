@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends import Backend, switch_backend
-from ..engine import ReplyFinished, ReplyStarted
+from ..engine import ReplyFinished
 from ..engine.events import Event, SpeculationState
-from ..errors import Refused, SwitchFailed, one_line
+from ..errors import Refused, SwitchFailed
 from ..figures import DASH
 from ..profiles import Profile, load_profile
 from ..telemetry.live import LiveTelemetry
@@ -30,8 +29,9 @@ from .ab import ABResult, Comparison, conditions_of, refusal
 from .advice import Advice, advice
 from .attachments import expand
 from .choice import Choice, one_step
+from .exchange import Began, Exchange, Failure
 from .export import export
-from .records import INSPECTOR_TOP, INTERRUPTED, ReplyRecord, UserTurn
+from .records import INTERRUPTED, ReplyRecord, UserTurn
 from .session import ChatSession, Problem
 from .store import Store
 
@@ -87,39 +87,6 @@ class Switched:
             if before.n_max != choice.n_max:
                 return f"draft length {choice.n_max}: {took}"
         return f"profile {self.profile.name}: {took}"
-
-
-@dataclass(frozen=True)
-class Began:
-    """What an exchange changed in the chat before the backend saw it: undone when the backend refuses it."""
-
-    position: int  # its turns start here
-    typed: str | None  # the message as typed (before its files were attached); None for a regeneration
-    shown_before: int | None  # the version shown at ``position`` before it branched there; None: it did not
-
-
-@dataclass(frozen=True)
-class Failure:
-    error: str
-    started: bool  # whether the backend had accepted the message (a ReplyStarted came)
-
-
-class Exchange:
-    """One question on its way to the backend. ``run`` it on the engine thread; every event goes to ``sink``."""
-
-    def __init__(self, backend: Backend, history, text: str, max_tokens: int, cancel: threading.Event) -> None:
-        self.backend, self.history, self.text, self.max_tokens, self.cancel = backend, history, text, max_tokens, cancel
-
-    def run(self, sink: Callable[[Event], None]) -> Failure | None:
-        started = False
-        try:
-            for event in self.backend.answer(self.history, self.text, max_tokens=self.max_tokens,
-                                             should_stop=self.cancel.is_set, top=INSPECTOR_TOP):
-                started = started or isinstance(event, ReplyStarted)
-                sink(event)
-        except Exception as exc:  # any failure, specchat's or not, is one line and the chat goes on
-            return Failure(one_line(exc), started)
-        return None
 
 
 class ChatController:

@@ -14,7 +14,7 @@ from ..colours import ANSI, ANSI_GHOST, ANSI_RESET, ansi
 from ..engine.conversation import Message
 from ..text import valid_text
 from ..errors import ConfigError
-from ..engine.config import DEFAULT_MAX_TOKENS
+from ..engine.config import DEFAULT_MAX_TOKENS, METHODS
 from ..figures import summary_line
 from .options import add_profile_option
 
@@ -24,7 +24,8 @@ MAX_PROBS = 20  # each candidate is one more pass over the vocabulary per token
 
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
     add_profile_option(parser)
-    parser.add_argument("--method", choices=["none", "draft", "ngram", "ngram+draft"], help="override the profile's method")
+    # (mtp is a server profile's own method: its heads are not something another profile can switch to)
+    parser.add_argument("--method", choices=[m for m in METHODS if m != "mtp"], help="override the profile's method")
     parser.add_argument("--n-max", type=int, help="most draft tokens per step")
     parser.add_argument("--temperature", type=float, help="0 = greedy")
     parser.add_argument("--seed", type=int, help="sampling seed")

@@ -17,7 +17,7 @@ from ..figures import DASH
 from ..profiles import models
 from ..profiles.drafts import draft_candidates
 from ..profiles.fit import DEFAULT_MARGIN_GB, GB, FitReport, Footprint, gpu_share, kv_cache_bytes
-from ..profiles.schema import (
+from ..profiles import (
     SCHEMA,
     Profile,
     available_profiles,
@@ -78,7 +78,7 @@ def cmd_list(_args: argparse.Namespace) -> int:
             continue
         d = p.values["draft"]
         rows.append([name, source, d["method"], str(d["n_max"]) if d["method"] != "none" else DASH,
-                     p.values["target"]["model"], d["model"] or DASH, p.description])
+                     p.model("target"), d["model"] or DASH, p.description])
     print(_table(rows))
     return 0
 
@@ -102,7 +102,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             origin = "" if key in explicit else "   # default"
             print(f"{key} = {tomlkit.item(value).as_string()}{origin}")
     for role, section in (("target", "target"), ("draft", "draft")):
-        located = _located(profile.values[section]["model"], profile)
+        located = _located(profile.model(section), profile)
         if located is not None:
             where = str(located.path) if located.path else f"NOT FOUND — {located.missing_message(role)}"
             print(f"{role} model: {where}")
@@ -121,7 +121,7 @@ class _Model:
 
 def _footprint(m: _Model, profile: Profile) -> Footprint:
     values = profile.values[m.role]
-    n_ctx = profile.values["target"]["n_ctx"]
+    n_ctx = profile.n_ctx
     if m.meta is None:
         expected = values.get("expected_size_gb")
         note = "file absent" + (", size from expected_size_gb" if expected else "")
@@ -136,20 +136,20 @@ def _footprint(m: _Model, profile: Profile) -> Footprint:
 
 def cmd_check(args: argparse.Namespace) -> int:
     profile = load_profile(args.name)
-    method = profile.values["draft"]["method"]
+    method = profile.method
     failed = False
     pair: list[_Model] = []
     for role in ("target", "draft"):
         if role == "draft" and method not in (*DRAFT_MODEL_METHODS, "mtp"):
             continue
-        located = _located(profile.values[role]["model"], profile)
+        located = _located(profile.model(role), profile)
         if located is None:
             continue
         meta = read_metadata(located.path) if located.path else None
         pair.append(_Model(role, located, meta))
         if located.path is None:
             print(f"! {located.missing_message(role)}")
-    print(f"profile {profile.name}: method {method}, n_ctx {profile.values['target']['n_ctx']}")
+    print(f"profile {profile.name}: method {method}, n_ctx {profile.n_ctx}")
 
     print("\n1. Draft compatibility (llama.cpp's rule, read by llama.cpp without loading weights)")
     if method not in DRAFT_MODEL_METHODS:
@@ -169,7 +169,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     report = FitReport([_footprint(m, profile) for m in pair], args.vram_gb * GB, args.ram_gb * GB,
                        args.margin_gb * GB)
     print(f"\n2. Memory fit ({args.vram_gb:g} GB VRAM, {args.ram_gb:g} GB RAM, KV cache f16)")
-    rows = [["model", "role", "weights", f"KV @ {profile.values['target']['n_ctx']}", "on GPU", "note"]]
+    rows = [["model", "role", "weights", f"KV @ {profile.n_ctx}", "on GPU", "note"]]
     for m in report.models:
         rows.append([m.name, m.role, _gb(m.weights), _gb(m.kv), f"{m.share:.0%}", m.note])
     rows.append(["runtime margin", "", _gb(report.margin), "", "", "CUDA context, compute buffers"])
@@ -222,7 +222,7 @@ def cmd_set(args: argparse.Namespace) -> int:
 
 def cmd_drafts(args: argparse.Namespace) -> int:
     profile = load_profile(args.name)
-    located = _located(profile.values["target"]["model"], profile)
+    located = _located(profile.model("target"), profile)
     if located is None or located.path is None:
         raise ModelError(located.missing_message("target") if located else "the profile names no target")
     from ..profiles import embedded

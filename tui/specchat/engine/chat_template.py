@@ -12,12 +12,16 @@ from __future__ import annotations
 import ctypes
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import llama_cpp as lc
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
 from ..errors import ConfigError, ModelError, one_line
+
+if TYPE_CHECKING:
+    from .llama import Model
 
 # What a GGUF without a template gets unless its profile names one; ChatML is what most small instruct models know.
 FALLBACK = "chatml"
@@ -110,6 +114,15 @@ class ChatTemplate:
             except (TemplateError, RecursionError, MemoryError) as exc:
                 raise ModelError(f"the chat template of {source} does not parse ({one_line(exc)}) — name another in"
                                  " the profile's [chat] template") from None
+
+    @classmethod
+    def of_model(cls, model: Model, choice: str | None) -> ChatTemplate:
+        """``choose`` for a loaded GGUF: its own template and its BOS and EOS as text."""
+        def text(token: int) -> str:
+            return model.raw_piece(token, special=True).decode("utf-8", "replace")
+
+        return cls.choose(model.chat_template(), choice, model.path.name, bos_token=text(model.bos),
+                          eos_token=text(model.eos))
 
     @classmethod
     def choose(cls, embedded: str | None, choice: str | None, model_name: str, *, bos_token: str,

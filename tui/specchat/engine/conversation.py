@@ -36,8 +36,8 @@ def as_dicts(messages: list[Message]) -> list[dict[str, str]]:
 
 
 @dataclass(frozen=True)
-class ConversationState:
-    """Everything a ``Conversation`` holds, to put back after a detour (an A/B rerun) without re-tokenizing."""
+class WindowState:
+    """Everything a ``TokenWindow`` holds, to put back after a detour (an A/B rerun) without re-tokenizing."""
 
     messages: tuple[Message, ...]
     tokens: tuple[int, ...]
@@ -46,7 +46,10 @@ class ConversationState:
     head: hashlib.blake2b
 
 
-class Conversation:
+class TokenWindow:
+    """The chat as the target reads it: the messages in its context window, their tokens and their text (the chat
+    itself, as saved and shown, is ``chats.session.ChatSession``)."""
+
     def __init__(self, model: Model, template: ChatTemplate) -> None:
         self.model, self.template = model, template
         self.messages: list[Message] = []
@@ -106,11 +109,11 @@ class Conversation:
         self.messages.append(Message("assistant", text, tokens, finish))
         self.rendered += text
 
-    def snapshot(self) -> ConversationState:
-        return ConversationState(tuple(self.messages), tuple(self.tokens), self.rendered, self._head_len,
+    def snapshot(self) -> WindowState:
+        return WindowState(tuple(self.messages), tuple(self.tokens), self.rendered, self._head_len,
                                  self._head.copy())
 
-    def resume(self, state: ConversationState) -> None:
+    def resume(self, state: WindowState) -> None:
         """Back to ``snapshot``'s state, trimmed window included (the KV cache catches up at the next prefill)."""
         self.messages, self.tokens, self.rendered = list(state.messages), list(state.tokens), state.rendered
         self._head_len, self._head = state.head_len, state.head.copy()

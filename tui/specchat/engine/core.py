@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from .candidates import Ranked, RowJudgement, ranked
 from .chat_template import ChatTemplate
 from .config import DEFAULT_MAX_TOKENS, EngineConfig
-from .conversation import Conversation, Message
+from .conversation import TokenWindow, Message
 from .cpu import ThreadGovernor
 from .drafters import Draft, Drafter
 from .events import (
@@ -41,14 +41,13 @@ from .llama import Context, DecodeInterrupted, Model, common_prefix
 from .loading import LoadedDraft, LoadedTarget, draft_identity, target_identity
 from .loop import Rules, StepOutcome, speculate
 from .loops import LoopWatch, loop_watch
-from .reference import PlainReference
+from .reference import PLAIN_RATE_TOKENS, PlainReference
 from .sampling import pick
 from .speculation import Speculation
 from .stats import ReplyStats, rate
 
 __all__ = ["Engine", "Message"]
 
-PLAIN_RATE_TOKENS = 32  # tokens of the plain run that gives "vs plain" its reference
 RECALL_CONTEXT = 32  # prompt tokens remembered before each reply, so asking again matches them
 
 
@@ -80,7 +79,7 @@ class Engine:
         except BaseException:
             self._target.close()
             raise
-        self.chat = Conversation(self._target.model, self._target.template)
+        self.chat = TokenWindow(self._target.model, self._target.template)
         self.speculation = Speculation(config)
         self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
         self._governor = self._new_governor()
@@ -142,7 +141,7 @@ class Engine:
             self._target, self._draft, self.config = target, draft, config
             self.speculation.forget_target()
             messages = [Message(m.role, m.content, None, m.finish_reason) for m in self.messages]
-            self.chat = Conversation(target.model, target.template)
+            self.chat = TokenWindow(target.model, target.template)
             self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
             self._governor = self._new_governor()
             # Token ids of the old target mean nothing to the new one: keep the text, re-tokenize.

@@ -21,8 +21,8 @@ def target_identity(config: EngineConfig) -> tuple[object, ...]:
     return (config.target.path, config.target.n_gpu_layers, config.n_ctx, config.kv_cache, config.chat_template)
 
 
-def draft_identity(spec: ModelSpec) -> tuple[object, ...]:
-    return (spec.path, spec.n_gpu_layers)
+def draft_identity(model: ModelSpec) -> tuple[object, ...]:
+    return (model.path, model.n_gpu_layers)
 
 
 def check_draft_compatible(target: Path, draft: Path) -> None:
@@ -45,11 +45,7 @@ class LoadedTarget:
         model = Model(config.target.path, role="target", n_gpu_layers=config.target.n_gpu_layers)
         try:
             ctx = Context(model, n_ctx=config.n_ctx, threads=config.target.threads, kv_cache=config.kv_cache)
-            template = ChatTemplate.choose(
-                model.chat_template(), config.chat_template, model.path.name,
-                bos_token=model.raw_piece(model.bos, special=True).decode("utf-8", "replace"),
-                eos_token=model.raw_piece(model.eos, special=True).decode("utf-8", "replace"),
-            )
+            template = ChatTemplate.of_model(model, config.chat_template)
         except BaseException:
             model.close()
             raise
@@ -70,18 +66,18 @@ class LoadedDraft:
 
     @classmethod
     def open(cls, config: EngineConfig) -> LoadedDraft:
-        spec = config.draft
-        assert spec is not None  # EngineConfig guarantees it for method "draft"
-        check_gguf_file(spec.path, "draft")
+        draft = config.draft
+        assert draft is not None  # EngineConfig guarantees it for method "draft"
+        check_gguf_file(draft.path, "draft")
         # Judge the pair from the vocabularies first: an incompatible draft is refused before its weights load.
-        check_draft_compatible(config.target.path, spec.path)
-        model = Model(spec.path, role="draft", n_gpu_layers=spec.n_gpu_layers)
+        check_draft_compatible(config.target.path, draft.path)
+        model = Model(draft.path, role="draft", n_gpu_layers=draft.n_gpu_layers)
         try:
-            ctx = Context(model, n_ctx=config.n_ctx, threads=spec.threads)
+            ctx = Context(model, n_ctx=config.n_ctx, threads=draft.threads)
         except BaseException:
             model.close()
             raise
-        return cls(model, ctx, ModelDrafter(ctx, model.n_vocab), draft_identity(spec), spec.threads)
+        return cls(model, ctx, ModelDrafter(ctx, model.n_vocab), draft_identity(draft), draft.threads)
 
     def close(self) -> None:
         self.ctx.close()

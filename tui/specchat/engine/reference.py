@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PLAIN_RATE_TOKENS = 32  # tokens of the plain run that gives "vs plain" its reference, on every backend
 UNSLOPED_TOLERANCE = 0.25  # without a slope, a reference is used within this share of the depth it was measured at
 UNSLOPED_MARGIN = 64  # ... or this many tokens, whichever is more
 

@@ -205,13 +205,13 @@ class Speculation:
                              AutoMemory(paths.auto_memory_file()), key, costs_key, depth)
 
     @staticmethod
-    def _costs(model: Model, ctx: Context, spec: ModelSpec, sizes: tuple[int, ...]) -> VerifyCost:
+    def _costs(model: Model, ctx: Context, settings: ModelSpec, sizes: tuple[int, ...]) -> VerifyCost:
         token = max(model.bos, 0)
-        return CostCache(paths.verify_costs_file()).get(f"{cost_key(model, ctx, spec)}|sizes={sizes}",
+        return CostCache(paths.verify_costs_file()).get(f"{cost_key(model, ctx, settings)}|sizes={sizes}",
                                                         lambda: measure_verify_cost(ctx, token, sizes))
 
 
-def cost_key(model: Model, ctx: Context, spec: ModelSpec) -> str:
+def cost_key(model: Model, ctx: Context, settings: ModelSpec) -> str:
     """What a measured cost holds for: the model, its threads, GPU layers and KV cache, and llama.cpp's version."""
-    return (f"{model.identity}|threads={spec.threads}|gpu_layers={spec.n_gpu_layers}|kv={ctx.kv_cache}"
+    return (f"{model.identity}|threads={settings.threads}|gpu_layers={settings.n_gpu_layers}|kv={ctx.kv_cache}"
             f"|llama.cpp {lc.__version__}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ..engine.config import DRAFT_MODEL_METHODS
 from .models import EMBEDDED, locate
-from .schema import Profile, model_base
+from .configuration import model_base
+from .schema import Profile
 
 
 def absent_models(profile: Profile) -> str:
@@ -13,9 +14,9 @@ def absent_models(profile: Profile) -> str:
     own models (a local copy of its target only tokenizes)."""
     if profile.backend_kind == "remote":
         return ""
-    wanted = [("target", profile.values["target"]["model"])]
+    wanted = [("target", profile.model("target"))]
     if profile.method in DRAFT_MODEL_METHODS:
-        wanted.append(("draft", profile.values["draft"]["model"]))
+        wanted.append(("draft", profile.model("draft")))
     base = model_base(profile)
     try:
         missing = [reference for _role, reference in wanted

@@ -1,55 +1,21 @@
-"""TOML speculation profiles: find them, validate them, and turn them into an engine configuration.
+"""TOML speculation profiles: the keys a profile may hold, what each accepts, and ``Profile``, a validated one.
 
-Bundled presets live in the project's ``profiles/`` folder (packaged as ``specchat/bundled_profiles``); a user's own
-profiles in the XDG config dir add to them or override them by name. Every error names the file, the key and its
-line, and says what was expected; unknown keys are errors, never ignored.
+Reading one is ``parse`` (every error names the file, the key and its line), finding one is ``catalogue``, turning one
+into an engine configuration is ``configuration``. Unknown keys are errors, never ignored.
 """
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-from tomlkit.exceptions import ParseError
 from tomlkit.toml_document import TOMLDocument
 
 from .. import paths
-from ..engine.config import (
-    APIS,
-    BACKENDS,
-    KV_CACHES,
-    DRAFT_MODEL_METHODS,
-    METHODS,
-    SPEC_TYPES,
-    BackendSpec,
-    EngineConfig,
-    ModelSpec,
-    SpecConfig,
-    default_threads,
-    known_spec_type,
-)
+from ..engine.config import APIS, BACKENDS, KV_CACHES, METHODS, SPEC_TYPES, known_spec_type
 from ..engine.loops import LoopRule
-from ..engine.sampling import SamplingParams
-from ..errors import ConfigError, SpecchatError
-from . import models
-
-DEFAULT_PROFILE = "tiny"
-
-
-def bundled_dir() -> Path:
-    return paths.bundled_profiles_dir()
-
-
-def user_dir() -> Path:
-    return paths.user_profiles_dir()
-
-
-# -- schema -----------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -64,11 +30,12 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _fits(spec: Key, value: Any) -> bool:
-    if spec.kind is bool:
+def fits(rule: Key, value: Any) -> bool:
+    """Whether ``value`` is of the key's type and passes its check (a bool is no int here)."""
+    if rule.kind is bool:
         return isinstance(value, bool)
-    ok_type = _is_int(value) if spec.kind is int else isinstance(value, spec.kind) and not isinstance(value, bool)
-    return ok_type and spec.check(value)
+    ok_type = _is_int(value) if rule.kind is int else isinstance(value, rule.kind) and not isinstance(value, bool)
+    return ok_type and rule.check(value)
 
 
 # Upper bounds: llama.cpp's C fields are 32-bit and ctypes truncates a larger int without a word (2**32 + 64 context
@@ -147,7 +114,7 @@ class Profile:
 
     @property
     def bundled(self) -> bool:
-        return self.path is not None and self.path.parent == bundled_dir()
+        return self.path is not None and self.path.parent == paths.bundled_profiles_dir()
 
     @property
     def system_prompt(self) -> str | None:
@@ -161,205 +128,14 @@ class Profile:
     def backend_kind(self) -> str:
         return self.values["backend"]["kind"]
 
+    def model(self, role: str) -> str | None:
+        """The GGUF the profile names for ``role`` ("target" or "draft"), as written."""
+        return self.values[role]["model"]
 
-def _line_of(source: str, section: str, key: str | None) -> int | None:
-    lines = source.splitlines()
-    in_section = False
-    for number, line in enumerate(lines, start=1):
-        stripped = line.strip()
-        header = re.fullmatch(r"\[\s*([^\]]+?)\s*\]\s*(#.*)?", stripped)
-        if header:
-            in_section = header.group(1) == section
-            if in_section and key is None:
-                return number
-            continue
-        if in_section and key is not None and re.match(rf"{re.escape(key)}\s*=", stripped):
-            return number
-    return None
+    @property
+    def n_ctx(self) -> int:
+        return self.values["target"]["n_ctx"]
 
-
-def _where(path: Path | None, source: str, section: str, key: str | None = None) -> str:
-    name = str(path) if path else "<profile>"
-    line = _line_of(source, section, key)
-    at = f"[{_shown(section)}]" + (f" {_shown(key)}" if key else "")
-    return f"{name}:{line}: {at}" if line else f"{name}: {at}"
-
-
-def _shown(name: str) -> str:
-    """A section or key name as the file has it, quoted when it holds characters a line cannot show."""
-    return name if name.isprintable() and name.strip() == name and name else repr(name)
-
-
-def _suggest(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" — did you mean {close[0]!r}?" if close else f" — expected one of: {', '.join(choices)}"
-
-
-def parse_profile(source: str, path: Path | None = None, name: str | None = None) -> Profile:
-    """Validate a profile's TOML text; every problem raises ConfigError naming file, line and key."""
-    label = str(path) if path else "<profile>"
-    try:
-        document = tomlkit.parse(source)
-    except ParseError as exc:
-        raise ConfigError(f"{label}:{exc.line}: malformed TOML ({exc}) — fix the syntax") from None
-    values: dict[str, dict[str, Any]] = {s: {k: spec.default for k, spec in keys.items()} for s, keys in SCHEMA.items()}
-    for section, table in document.unwrap().items():
-        if section not in SCHEMA:
-            raise ConfigError(f"{_where(path, source, section)}: unknown section{_suggest(section, list(SCHEMA))}")
-        if not isinstance(table, dict):
-            raise ConfigError(f"{label}: {section} must be a table ([{section}])")
-        for key, value in table.items():
-            spec = SCHEMA[section].get(key)
-            if spec is None:
-                raise ConfigError(f"{_where(path, source, section, key)}: unknown key{_suggest(key, list(SCHEMA[section]))}")
-            if not _fits(spec, value):
-                raise ConfigError(f"{_where(path, source, section, key)}: got {value!r}, expected {spec.expected}")
-            values[section][key] = value
-    if values["target"]["model"] is None and values["backend"]["kind"] != "remote":
-        raise ConfigError(f"{label}: [target] model is missing — name the GGUF to chat with")
-    draft = values["draft"]
-    if draft["method"] in DRAFT_MODEL_METHODS and draft["model"] is None:
-        raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method '{draft['method']}' needs [draft] model —"
-                          " name a draft GGUF")
-    if draft["n_max"] != "auto" and draft["n_min"] > draft["n_max"]:
-        raise ConfigError(f"{_where(path, source, 'draft', 'n_min')}: n_min {draft['n_min']} exceeds n_max {draft['n_max']}")
-    if draft["ngram_min"] > draft["ngram_max"]:
-        raise ConfigError(f"{_where(path, source, 'draft', 'ngram_min')}: ngram_min exceeds ngram_max")
-    backend = values["backend"]
-    if backend["kind"] == "remote" and backend["url"] is None:
-        raise ConfigError(f"{_where(path, source, 'backend', 'kind')}: a remote backend needs [backend] url")
-    if backend["kind"] == "local":
-        for key in ("spec_type", "binary", "url", "api_key_env"):
-            if backend[key] is not None:
-                raise ConfigError(f"{_where(path, source, 'backend', key)}: {key} applies to a llama-server or remote"
-                                  " backend — set [backend] kind, or remove the key")
-        if draft["method"] == "mtp":
-            raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method 'mtp' needs a llama.cpp server —"
-                              " set [backend] kind = \"llama-server\" (multi-token prediction runs there)")
-    name = name or (path.stem if path else "profile")
-    # Presets open with "# name — summary"; the summary alone describes the profile.
-    description = re.sub(rf"^{re.escape(name)}\s*[—–-]+\s*", "", _description(source))
-    return Profile(name, path, values, document, description)
-
-
-def _description(source: str) -> str:
-    """The profile's first comment line, which presets use as their one-line summary."""
-    for line in source.splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-        if line.strip():
-            break
-    return ""
-
-
-def available_profiles() -> dict[str, Path]:
-    """Profile name → file; a user's profile overrides a bundled one of the same name."""
-    found: dict[str, Path] = {}
-    for directory in (bundled_dir(), user_dir()):
-        if directory.is_dir():
-            for path in sorted(directory.glob("*.toml")):
-                found[path.stem] = path
-    return found
-
-
-def find_profile(name_or_path: str) -> Path:
-    path = Path(name_or_path).expanduser()
-    if path.suffix == ".toml" or path.is_file():
-        if not path.is_file():
-            raise ConfigError(f"profile file not found: {path}")
-        return path
-    profiles = available_profiles()
-    if name_or_path not in profiles:
-        raise ConfigError(f"unknown profile {name_or_path!r}{_suggest(name_or_path, sorted(profiles))}")
-    return profiles[name_or_path]
-
-
-def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
-    path = find_profile(name_or_path)
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read profile {path}: {exc} — check the file") from None
-    return parse_profile(source, path, path.stem)
-
-
-# -- models -----------------------------------------------------------------------------------------------------------
-
-
-def model_base(profile: Profile) -> Path | None:
-    """Relative model paths may also be relative to the profile's own folder."""
-    return profile.path.parent if profile.path is not None else None
-
-
-def _backend(values: dict[str, Any], base: Path | None) -> BackendSpec:
-    binary = values["binary"]
-    if binary is not None and base is not None and not Path(binary).expanduser().is_absolute():
-        binary = str(base / binary)
-    return BackendSpec(kind=values["kind"], spec_type=values["spec_type"], binary=binary, url=values["url"],
-                       api_key_env=values["api_key_env"], api=values["api"], args=tuple(values["args"]),
-                       ready_timeout=float(values["ready_timeout"]))
-
-
-def _template(choice: str | None, base: Path | None) -> str | None:
-    """A template file named relative to the profile's folder becomes a full path; a format name stays a name."""
-    if choice is None or not models.looks_like_path(choice) and not choice.endswith((".jinja", ".j2")):
-        return choice
-    path = Path(choice).expanduser()
-    return str(path if path.is_absolute() or base is None or path.exists() else base / path)
-
-
-def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
-    """The engine configuration a profile describes; ``overrides`` are ``section.key`` values from a command line."""
-    values = {section: dict(keys) for section, keys in profile.values.items()}
-    for dotted, value in overrides.items():
-        section, key = dotted.split(".")
-        spec = SCHEMA[section][key]
-        if not _fits(spec, value):
-            raise ConfigError(f"{key} = {value!r} is impossible: expected {spec.expected}")
-        values[section][key] = value
-    target, draft, sampling, chat = values["target"], values["draft"], values["sampling"], values["chat"]
-    try:
-        spec = SpecConfig(
-            method=draft["method"],
-            n_max=draft["n_max"],
-            n_min=draft["n_min"],
-            p_min=float(draft["p_min"]),
-            ngram_min=draft["ngram_min"],
-            ngram_max=draft["ngram_max"],
-        )
-        base = model_base(profile)
-        remote = values["backend"]["kind"] == "remote"
-        if not remote:
-            target_path = models.resolve(target["model"], "target", base)
-        elif target["model"]:  # a remote server holds its own models; a local copy of the target only tokenizes
-            target_path = models.locate(target["model"], base).path or Path(target["model"])
-        else:
-            target_path = Path("remote")
-        target_spec = ModelSpec(target_path, target["n_gpu_layers"], target["threads"] or default_threads())
-        draft_spec = None
-        if spec.uses_draft_model and not remote:
-            draft_spec = ModelSpec(
-                models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], draft["threads"] or default_threads()
-            )
-        return EngineConfig(
-            target=target_spec,
-            draft=draft_spec,
-            spec=spec,
-            sampling=SamplingParams(
-                temperature=float(sampling["temperature"]),
-                top_k=sampling["top_k"],
-                top_p=float(sampling["top_p"]),
-                min_p=float(sampling["min_p"]),
-                seed=sampling["seed"],
-            ),
-            n_ctx=target["n_ctx"],
-            kv_cache=target["kv_cache"],
-            system_prompt=values["chat"]["system_prompt"] or None,
-            chat_template=_template(values["chat"]["template"], base),
-            backend=_backend(values["backend"], base),
-            adapt_threads=target["adapt_threads"],
-            loop=LoopRule(chat["loop_repeats"], chat["loop_min_tokens"], chat["loop_window"]) if chat["stop_on_loop"]
-            else None,
-        )
-    except SpecchatError as exc:
-        raise type(exc)(f"profile {profile.name}: {exc}") from None
+    @property
+    def kv_cache(self) -> str:
+        return self.values["target"]["kv_cache"]

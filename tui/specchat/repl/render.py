@@ -18,14 +18,14 @@ STYLE = Style.from_dict({
 def figures(t: LiveTelemetry, profile: str, method: str, memory: str, width: int = 10_000) -> str:
     """The toolbar and status line: profile, method, ACTIVE/INACTIVE, acceptance, mean length, tok/s, vs plain,
     memory, context — within ``width`` columns, the least useful fields left out first."""
-    spec = t.speculation
-    state = DASH if spec is None else "ACTIVE" if spec.active else "INACTIVE"
+    speculation = t.speculation
+    state = DASH if speculation is None else "ACTIVE" if speculation.active else "INACTIVE"
     now, reply = t.tps_now(), t.reply_rate()
     rate = now if t.generating and now is not None else reply
     approx = ESTIMATE if t.estimated else ""
     speedup = t.speedup()
-    vs = num(speedup, ".2f", 1, "×") + (" slower than plain!" if speedup is not None and speedup < 1 and spec
-                                        and spec.active else "")
+    vs = num(speedup, ".2f", 1, "×") + (" slower than plain!" if speedup is not None and speedup < 1 and speculation
+                                        and speculation.active else "")
     context = f"{approx}{t.context_used}/{t.n_ctx}" if t.n_ctx else DASH
     fields = [(8, profile), (4, method), (0, state), (3, f"accept {pct(t.reply.acceptance_rate)}"),
               (5, f"mean {num(t.reply.mean_acceptance_length, '.2f')}"), (1, f"{approx}{num(rate, '.0f')} tok/s"),

@@ -33,7 +33,8 @@ from prompt_toolkit.output import ColorDepth, Output, create_output
 
 from .. import paths
 from ..chats.choice import Choice
-from ..chats.controller import ChatController, ControllerViews, Failure
+from ..chats.controller import ChatController, ControllerViews
+from ..chats.exchange import Failure
 from ..chats.records import INTERRUPTED, ReplyRecord
 from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
 from ..engine import DraftRejected, ReplyFinished, TokenEmitted

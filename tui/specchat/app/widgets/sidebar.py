@@ -59,6 +59,119 @@ def _bar(fraction: float, width: int = 10) -> str:
     return BAR * full + "░" * (width - full)
 
 
+def _head(t: LiveTelemetry, profile: ProfileInfo) -> Text:
+    """The profile, its method and draft length, where it runs, and whether speculation is active (and why not)."""
+    speculation = t.speculation
+    head = Text()
+    head.append(f"{profile.name}\n", style="bold")
+    length = (" · draft length auto" + (f" ({t.n_max} now)" if t.n_max else "")) if t.adaptive else \
+        (f" · draft length {t.n_max}" if t.n_max else "")
+    head.append(f"method {profile.method}{length}\n")
+    if profile.where:
+        head.append(profile.where + "\n", style="dim")
+    if profile.status:
+        head.append(profile.status + "\n", style="italic")
+    if speculation is None:
+        head.append(" IDLE ", style="reverse dim")
+    elif speculation.active:
+        head.append(" ACTIVE ", style="bold black on green")
+    else:
+        head.append(" INACTIVE ", style="bold black on #ffaf00")
+        head.append(f"\n{speculation.reason}", style="dim")
+    return head
+
+
+def _acceptance(t: LiveTelemetry) -> Text:
+    acceptance = _grid([
+        ("acceptance", f"reply {pct(t.reply.acceptance_rate)} · chat {pct(t.chat.acceptance_rate)}"),
+        ("mean length", f"reply {num(t.reply.mean_acceptance_length, '.2f')}"
+                        f" · chat {num(t.chat.mean_acceptance_length, '.2f')}"),
+    ])
+    acceptance.append("\ntokens per drafting step", style="dim")
+    acceptance.append("\nper step, latest right\n", style="dim")
+    acceptance.append_text(_spark(list(t.spark)[-CONTENT_WIDTH:]))
+    return acceptance
+
+
+def _positions(t: LiveTelemetry) -> Text:
+    rates = t.reply.position_rates
+    positions = Text("per position, this reply" + ("\n" if rates else " –"), style="dim")
+    for i, rate in enumerate(rates[:8]):
+        positions.append(f" {i + 1} ")
+        positions.append(_bar(rate or 0.0), style="green")
+        positions.append(f" {pct(rate)}\n")
+    return positions
+
+
+def _speed(t: LiveTelemetry, profile: ProfileInfo) -> Text:
+    """tok/s, TTFT and the speed-up against plain decoding, with what it was measured against."""
+    speculation = t.speculation
+    now, reply = t.tps_now(), t.reply_rate()
+    approx = ESTIMATE if t.estimated else ""
+    speed: list[tuple[str, str | Text]] = [
+        ("tok/s", f"now {approx}{num(now, '.0f')} · reply {approx}{num(reply, '.0f')}"),
+        ("TTFT", num(t.ttft, ".0f", 1000, " ms")),
+    ]
+    speedup = t.speedup()
+    plain_tps = t.plain_tps
+    if speedup is None:
+        speed.append(("vs plain", DASH if plain_tps is None else f"{DASH} (plain {plain_tps:.0f} tok/s)"))
+    else:
+        value = Text(f"{speedup:.2f}×", style="bold green" if speedup >= 1 else "bold #ffaf00")
+        value.append(f" of {plain_tps:.0f} tok/s", style="dim")
+        speed.append(("vs plain", value))
+        if speedup < 1 and speculation is not None and speculation.active:
+            speed.append(("", Text("⚠ slower than plain", style="#ffaf00")))
+            if profile.advice:
+                speed.append(("", Text(profile.advice, style="#ffaf00")))
+    if t.busy_machine:
+        speed.append(("", Text(f"⚠ {t.busy_machine}", style="#ffaf00")))
+    speed_text = _grid(speed)
+    if t.plain_source:  # under the grid, so a long source wraps at the sidebar's edge, not into a column
+        speed_text.append(f"\nplain: {t.plain_source}", style="dim")
+    return speed_text
+
+
+def _counts(t: LiveTelemetry) -> Text:
+    r = t.reply
+    columns = {"drafted": r.drafted, "accepted": r.accepted, "rejected": r.rejected}
+    # One line of numbers under one of names: while streaming, one line changes per frame instead of three.
+    counts = Text(" ".join(columns), style="dim")
+    counts.append("\n" + " ".join(f"{value:>{len(name)}}" for name, value in columns.items()))
+    counts.append(f"\nwithheld: n_min {r.ignored} · p_min {r.withheld}", style="dim")
+    return counts
+
+
+def _memory(memory: MemorySnapshot | None) -> Text:
+    mem = Text("memory\n", style="dim")
+    if memory is None:
+        mem.append(DASH)
+    elif isinstance(memory.gpu, GpuMemory):
+        g = memory.gpu
+        mem.append(f"{g.name}\nVRAM {mb(g.used)} / {mb(g.total)}\n{memory.whose} {mb(g.process)}\n")
+    else:
+        mem.append(f"no GPU: {memory.gpu.reason}\n")
+        mem.append(f"RAM (RSS) {mb(memory.rss)}" + ("" if memory.whose == "this process" else
+                                                       f" ({memory.whose})") + "\n")
+    if memory is not None:
+        for role, size in memory.model_bytes.items():
+            mem.append(f"{role} weights {mb(size)}\n")
+    return mem
+
+
+def _context(t: LiveTelemetry) -> Text:
+    approx = ESTIMATE if t.estimated else ""
+    ctx = Text("context\n", style="dim")
+    if t.n_ctx:
+        ctx.append(f"{approx}{t.context_used} / {t.n_ctx} ")
+        ctx.append(_bar(t.context_used / t.n_ctx), style="#5fafff")
+        if t.trimmed:
+            ctx.append(f"\n{t.trimmed} old messages dropped", style="dim")
+    else:
+        ctx.append(DASH)
+    return ctx
+
+
 class Sidebar(TextLines, ScrollView):
     """Sections of text drawn line by line: a refresh re-renders only the lines whose text changed.
 
@@ -77,94 +190,8 @@ class Sidebar(TextLines, ScrollView):
         return "\n".join(line.plain for line in self._lines)
 
     def show(self, t: LiveTelemetry, profile: ProfileInfo, memory: MemorySnapshot | None) -> None:
-        spec = t.speculation
-        head = Text()
-        head.append(f"{profile.name}\n", style="bold")
-        length = (" · draft length auto" + (f" ({t.n_max} now)" if t.n_max else "")) if t.adaptive else \
-            (f" · draft length {t.n_max}" if t.n_max else "")
-        head.append(f"method {profile.method}{length}\n")
-        if profile.where:
-            head.append(profile.where + "\n", style="dim")
-        if profile.status:
-            head.append(profile.status + "\n", style="italic")
-        if spec is None:
-            head.append(" IDLE ", style="reverse dim")
-        elif spec.active:
-            head.append(" ACTIVE ", style="bold black on green")
-        else:
-            head.append(" INACTIVE ", style="bold black on #ffaf00")
-            head.append(f"\n{spec.reason}", style="dim")
-
-        acceptance = _grid([
-            ("acceptance", f"reply {pct(t.reply.acceptance_rate)} · chat {pct(t.chat.acceptance_rate)}"),
-            ("mean length", f"reply {num(t.reply.mean_acceptance_length, '.2f')}"
-                            f" · chat {num(t.chat.mean_acceptance_length, '.2f')}"),
-        ])
-        acceptance.append("\ntokens per drafting step", style="dim")
-        acceptance.append("\nper step, latest right\n", style="dim")
-        acceptance.append_text(_spark(list(t.spark)[-CONTENT_WIDTH:]))
-
-        rates = t.reply.position_rates
-        positions = Text("per position, this reply" + ("\n" if rates else " –"), style="dim")
-        for i, rate in enumerate(rates[:8]):
-            positions.append(f" {i + 1} ")
-            positions.append(_bar(rate or 0.0), style="green")
-            positions.append(f" {pct(rate)}\n")
-
-        now, reply = t.tps_now(), t.reply_rate()
-        approx = ESTIMATE if t.estimated else ""
-        speed: list[tuple[str, str | Text]] = [
-            ("tok/s", f"now {approx}{num(now, '.0f')} · reply {approx}{num(reply, '.0f')}"),
-            ("TTFT", num(t.ttft, ".0f", 1000, " ms")),
-        ]
-        speedup = t.speedup()
-        plain_tps = t.plain_tps
-        if speedup is None:
-            speed.append(("vs plain", DASH if plain_tps is None else f"{DASH} (plain {plain_tps:.0f} tok/s)"))
-        else:
-            value = Text(f"{speedup:.2f}×", style="bold green" if speedup >= 1 else "bold #ffaf00")
-            value.append(f" of {plain_tps:.0f} tok/s", style="dim")
-            speed.append(("vs plain", value))
-            if speedup < 1 and spec is not None and spec.active:
-                speed.append(("", Text("⚠ slower than plain", style="#ffaf00")))
-                if profile.advice:
-                    speed.append(("", Text(profile.advice, style="#ffaf00")))
-        if t.busy_machine:
-            speed.append(("", Text(f"⚠ {t.busy_machine}", style="#ffaf00")))
-
-        r = t.reply
-        columns = {"drafted": r.drafted, "accepted": r.accepted, "rejected": r.rejected}
-        # One line of numbers under one of names: while streaming, one line changes per frame instead of three.
-        counts = Text(" ".join(columns), style="dim")
-        counts.append("\n" + " ".join(f"{value:>{len(name)}}" for name, value in columns.items()))
-        counts.append(f"\nwithheld: n_min {r.ignored} · p_min {r.withheld}", style="dim")
-
-        mem = Text("memory\n", style="dim")
-        if memory is None:
-            mem.append(DASH)
-        elif isinstance(memory.gpu, GpuMemory):
-            g = memory.gpu
-            mem.append(f"{g.name}\nVRAM {mb(g.used)} / {mb(g.total)}\n{memory.whose} {mb(g.process)}\n")
-        else:
-            mem.append(f"no GPU: {memory.gpu.reason}\n")
-            mem.append(f"RAM (RSS) {mb(memory.rss)}" + ("" if memory.whose == "this process" else
-                                                           f" ({memory.whose})") + "\n")
-        if memory is not None:
-            for role, size in memory.model_bytes.items():
-                mem.append(f"{role} weights {mb(size)}\n")
-
-        ctx = Text("context\n", style="dim")
-        if t.n_ctx:
-            ctx.append(f"{approx}{t.context_used} / {t.n_ctx} ")
-            ctx.append(_bar(t.context_used / t.n_ctx), style="#5fafff")
-            if t.trimmed:
-                ctx.append(f"\n{t.trimmed} old messages dropped", style="dim")
-        else:
-            ctx.append(DASH)
-        speed_text = _grid(speed)
-        if t.plain_source:  # under the grid, so a long source wraps at the sidebar's edge, not into a column
-            speed_text.append(f"\nplain: {t.plain_source}", style="dim")
-        self._sections = [head, acceptance, positions, speed_text, counts, mem, ctx]
+        self._sections = [_head(t, profile), _acceptance(t), _positions(t), _speed(t, profile), _counts(t),
+                          _memory(memory), _context(t)]
         self._lay_out()
 
     def on_resize(self) -> None:

@@ -1,0 +1,139 @@
+"""The app's replies: a message sent (or refused while the app is busy), its exchange answered on the engine thread,
+the events it produced drawn once per frame, a failure shown and undone, Esc, and a quit mid-reply that saves it.
+
+A mixin of ``SpecchatApp``: the engine thread appends every event to the app's inbox and never waits on the UI; the
+UI drains the inbox on its own clock (``chat_app.FRAME_S``) into an ``EventsArrived`` message, and the chat controller turns the
+events into the reply's record and the telemetry.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..chats.exchange import Exchange
+from ..errors import SpecchatError
+from .engine_thread import Activity, settle_garbage
+from .widgets.prompt import PromptInput
+
+if TYPE_CHECKING:
+    from .chat_app import SpecchatApp
+
+EXIT_WAIT_S = 60.0  # every long operation stops when cancelled; this only bounds a backend that hangs outright
+
+
+class ReplyStreaming:
+    """Mixed into ``SpecchatApp`` (its ``controller``, ``busy``, ``_run``, inbox, views and sidebar)."""
+
+    def submit(self, text: str) -> None:
+        if not text.strip():
+            return
+        why = self.why_busy() or self.controller.why_not_send()
+        if why:
+            self.notify(why, severity="warning")
+            self.query_one(PromptInput).load_text(text)
+            return
+        self.edit_sent = None
+        if self.send_edit(text):
+            return
+        try:
+            exchange = self.controller.begin(text)
+        except SpecchatError as exc:  # refused before anything changed (a file that cannot be attached)
+            self.notify(str(exc), severity="warning", timeout=10)
+            self.query_one(PromptInput).load_text(text)
+            return
+        self.start_exchange(exchange)
+
+    def why_busy(self) -> str | None:
+        if self.busy is Activity.LOADING:
+            return "the model is still loading — try again in a moment"
+        if self.busy is not None:
+            return "still answering — press Esc to cancel first"
+        return None
+
+    def start_exchange(self, exchange: Exchange) -> None:
+        """Show the exchange the controller began, then answer it on the engine thread."""
+        self._forget_views()
+        for turn in self.session.turns[-2:]:
+            if id(turn) not in self._views:
+                self._mount_turn(turn)
+        self.chat.scroll_end(animate=False)
+        self._streaming(True)
+        controller = self.controller
+
+        def job() -> None:
+            failure = exchange.run(self._inbox.append)  # all the engine thread does per event: it never waits on the UI
+            controller.refresh_facts()
+            if failure is not None:
+                self.post_message(self.ReplyFailed(failure))
+
+        self._run(Activity.GENERATING, "", job)
+
+    def _streaming(self, on: bool) -> None:
+        """Frames run while a reply streams; the prompt's cursor stops blinking then, since each blink is a frame."""
+        if on:
+            self._frame_timer.resume()
+        else:
+            self._frame_timer.pause()
+        self.query_one(PromptInput).cursor_blink = not on
+
+    def _drain(self) -> list[Any]:
+        events = []
+        while self._inbox:
+            events.append(self._inbox.popleft())
+        return events
+
+    def _drain_inbox(self) -> None:
+        events = self._drain()
+        if events:
+            self.post_message(self.EventsArrived(events))
+
+    def on_specchat_app_events_arrived(self, message: SpecchatApp.EventsArrived) -> None:
+        self._apply_events(message.events)
+        self._follow()
+
+    def _apply_events(self, events: list[Any]) -> None:
+        finished = self.controller.absorb(events)
+        view = self._last_reply
+        if view is not None:
+            view.refresh_view()
+            if finished is not None:
+                view.set_markdown(self.markdown)
+        if finished is not None:
+            self._streaming(False)
+            self._idle()
+            self._sample_memory()
+            settle_garbage()
+        self.refresh_sidebar()
+
+    def on_specchat_app_reply_failed(self, message: SpecchatApp.ReplyFailed) -> None:
+        events = self._drain()
+        if events:  # what the engine said before failing (e.g. a trimmed context) still counts
+            self._apply_events(events)
+        self._streaming(False)
+        text = self.controller.failed(message.failure)
+        if not message.failure.started:  # refused before it began: the chat as it was (an edit's versions too) …
+            self.show_turns()
+            if text is not None:  # … and what was typed goes back to the prompt (still an edit, if it was one)
+                self.query_one(PromptInput).load_text(text)
+                self.editing = self.edit_sent
+        elif self._last_reply is not None:
+            self._last_reply.refresh_view()
+        self.notify(message.failure.error, severity="error", timeout=15)
+        self._sample_memory()
+        self._idle()
+
+    def action_cancel(self) -> None:
+        """Esc: stops the reply (or A/B) in progress; else leaves an edit as it was, else clears the selection."""
+        if self.busy in (Activity.GENERATING, Activity.COMPARING):
+            self.controller.cancel_reply()
+        elif not self.cancel_edit() and self.selected is not None:
+            self.selected = None
+            self.show_selection()
+
+    def _finish_for_exit(self) -> None:
+        """Quitting mid-reply: the reply stops at its next step (a prefill mid-batch), the engine thread finishes
+        what it was doing, and everything it produced is saved, the reply marked interrupted. Nothing is freed under
+        a running decode: the backend closes on the engine thread, after that."""
+        self.controller.quitting()
+        self.engine_thread.wait_idle(EXIT_WAIT_S)
+        self.controller.interrupt(self._drain())

@@ -1,0 +1,107 @@
+"""A profile's TOML text validated into a ``Profile``: every problem one ``ConfigError`` naming the file, the line and
+the key, and what was expected."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from tomlkit.exceptions import ParseError
+
+from ..engine.config import DRAFT_MODEL_METHODS
+from ..errors import ConfigError
+from .schema import SCHEMA, Profile, fits
+
+
+def _line_of(source: str, section: str, key: str | None) -> int | None:
+    lines = source.splitlines()
+    in_section = False
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        header = re.fullmatch(r"\[\s*([^\]]+?)\s*\]\s*(#.*)?", stripped)
+        if header:
+            in_section = header.group(1) == section
+            if in_section and key is None:
+                return number
+            continue
+        if in_section and key is not None and re.match(rf"{re.escape(key)}\s*=", stripped):
+            return number
+    return None
+
+
+def _where(path: Path | None, source: str, section: str, key: str | None = None) -> str:
+    name = str(path) if path else "<profile>"
+    line = _line_of(source, section, key)
+    at = f"[{_shown(section)}]" + (f" {_shown(key)}" if key else "")
+    return f"{name}:{line}: {at}" if line else f"{name}: {at}"
+
+
+def _shown(name: str) -> str:
+    """A section or key name as the file has it, quoted when it holds characters a line cannot show."""
+    return name if name.isprintable() and name.strip() == name and name else repr(name)
+
+
+def suggest(word: str, choices: list[str]) -> str:
+    """" — did you mean …?" for a misspelt name, else the names it could be."""
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" — did you mean {close[0]!r}?" if close else f" — expected one of: {', '.join(choices)}"
+
+
+def parse_profile(source: str, path: Path | None = None, name: str | None = None) -> Profile:
+    """Validate a profile's TOML text; every problem raises ConfigError naming file, line and key."""
+    label = str(path) if path else "<profile>"
+    try:
+        document = tomlkit.parse(source)
+    except ParseError as exc:
+        raise ConfigError(f"{label}:{exc.line}: malformed TOML ({exc}) — fix the syntax") from None
+    values: dict[str, dict[str, Any]] = {s: {k: rule.default for k, rule in keys.items()} for s, keys in SCHEMA.items()}
+    for section, table in document.unwrap().items():
+        if section not in SCHEMA:
+            raise ConfigError(f"{_where(path, source, section)}: unknown section{suggest(section, list(SCHEMA))}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{label}: {section} must be a table ([{section}])")
+        for key, value in table.items():
+            rule = SCHEMA[section].get(key)
+            if rule is None:
+                raise ConfigError(f"{_where(path, source, section, key)}: unknown key{suggest(key, list(SCHEMA[section]))}")
+            if not fits(rule, value):
+                raise ConfigError(f"{_where(path, source, section, key)}: got {value!r}, expected {rule.expected}")
+            values[section][key] = value
+    if values["target"]["model"] is None and values["backend"]["kind"] != "remote":
+        raise ConfigError(f"{label}: [target] model is missing — name the GGUF to chat with")
+    draft = values["draft"]
+    if draft["method"] in DRAFT_MODEL_METHODS and draft["model"] is None:
+        raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method '{draft['method']}' needs [draft] model —"
+                          " name a draft GGUF")
+    if draft["n_max"] != "auto" and draft["n_min"] > draft["n_max"]:
+        raise ConfigError(f"{_where(path, source, 'draft', 'n_min')}: n_min {draft['n_min']} exceeds n_max {draft['n_max']}")
+    if draft["ngram_min"] > draft["ngram_max"]:
+        raise ConfigError(f"{_where(path, source, 'draft', 'ngram_min')}: ngram_min exceeds ngram_max")
+    backend = values["backend"]
+    if backend["kind"] == "remote" and backend["url"] is None:
+        raise ConfigError(f"{_where(path, source, 'backend', 'kind')}: a remote backend needs [backend] url")
+    if backend["kind"] == "local":
+        for key in ("spec_type", "binary", "url", "api_key_env"):
+            if backend[key] is not None:
+                raise ConfigError(f"{_where(path, source, 'backend', key)}: {key} applies to a llama-server or remote"
+                                  " backend — set [backend] kind, or remove the key")
+        if draft["method"] == "mtp":
+            raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method 'mtp' needs a llama.cpp server —"
+                              " set [backend] kind = \"llama-server\" (multi-token prediction runs there)")
+    name = name or (path.stem if path else "profile")
+    # Presets open with "# name — summary"; the summary alone describes the profile.
+    description = re.sub(rf"^{re.escape(name)}\s*[—–-]+\s*", "", _description(source))
+    return Profile(name, path, values, document, description)
+
+
+def _description(source: str) -> str:
+    """The profile's first comment line, which presets use as their one-line summary."""
+    for line in source.splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+        if line.strip():
+            break
+    return ""
