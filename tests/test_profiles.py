@@ -237,6 +237,21 @@ def test_parameter_change_keeps_everything_loaded(make_engine):
     assert r.started.reused_tokens == len(cached)
 
 
+def test_a_thread_change_prices_steps_for_the_new_count(make_engine, tmp_path):
+    """Costs are measured per thread count and kept in the user cache: after a switch that only changes threads, what
+    is looked up (the depth slope that "vs plain" uses) is the new count's, never stored under the old one's."""
+    import json
+
+    from specchat import paths
+
+    engine = make_engine("ngram", n_max=4)
+    config = dataclasses.replace(engine.config, target=dataclasses.replace(engine.config.target, threads=1))
+    assert engine.config.target.threads != 1 and engine.apply(config) == "parameters"
+    assert engine.plain_reference(tokens=8) is not None
+    keys = json.loads(paths.verify_costs_file().read_text())
+    assert any("threads=1|" in k and k.endswith("depth slope") for k in keys), sorted(keys)
+
+
 def test_new_draft_reloads_only_the_draft(make_engine, draft_path, tmp_path):
     engine = make_engine("draft", n_max=4)
     run(engine, "Name a fruit.", max_tokens=16)

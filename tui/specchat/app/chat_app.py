@@ -56,8 +56,8 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
     TITLE = "specchat"
     # What the engine thread is doing for the UI (None: nothing), and the line the sidebar shows under the profile
     # (loading…, an edit in progress, a failed load): the sidebar follows both.
-    busy: var[Activity | None] = var(None)
-    status: var[str] = var("")
+    busy: var[Activity | None] = var(None, init=False)
+    status: var[str] = var("", init=False)
 
     class EventsArrived(Message):
         """Engine events of one frame, drained from the engine thread's inbox."""

@@ -167,6 +167,8 @@ class Engine:
         self.config = config
         if config.spec != old.spec or config.sampling != old.sampling or action == "draft reloaded":
             self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
+        else:
+            self.speculation.follow(config, self._draft)
         if (config.target.threads, config.adapt_threads) != (old.target.threads, old.adapt_threads):
             self._governor = self._new_governor()
         return action

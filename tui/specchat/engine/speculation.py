@@ -60,6 +60,11 @@ class Speculation:
         self.rules = Rules(sampling, np.random.default_rng(seed), np.random.default_rng(seed + 1), target.model,
                            n_min=spec.n_min, p_min=spec.p_min)
 
+    def follow(self, config: EngineConfig, draft: LoadedDraft | None) -> None:
+        """A change that needs no new set-up (threads, a draft model no longer named): costs are looked up for the
+        configuration as it is now."""
+        self.config, self._draft = config, draft
+
     def forget_target(self) -> None:
         """The target changed: what was learned about the old one means nothing, nor are its token ids the new one's."""
         self._learned.clear()
