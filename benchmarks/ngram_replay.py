@@ -14,6 +14,9 @@ speed-up is plain decoding's cost over the policy's (decode steps only, as `spec
   48-token value);
 - `oracle`: knows how many proposed tokens the target will accept and verifies the best prefix of them — the ceiling
   of any draft-length policy for this drafter on these replies;
+- `match table`: the best table of draft lengths by match-length class (``HAZARD_CLASSES``) for each task, fitted to
+  that task's reply in hindsight (coordinate descent from several tables, no learning): about the most a policy that
+  sees only how far the proposal's match reaches could get on that reply — what bounds `auto` against `oracle`;
 - `copy ceiling`: at every position the longest run of the reply found verbatim earlier in the conversation, with the
   best plan of draft lengths over the whole reply — the ceiling of any drafter that copies earlier text (prompt
   lookup), whatever it proposes and however long it drafts.
@@ -26,13 +29,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
 
 from specchat.bench.runners import task_history
 from specchat.bench.tasks import Task, load_tasks
 from specchat.engine import TokenEmitted
-from specchat.engine.auto import MatchHazards, VerifyCost
+from specchat.engine.auto import HAZARD_CLASSES, MatchHazards, VerifyCost
 from specchat.engine.adaptive import AUTO_K_MAX, CALIBRATE_EVERY, lengthened
 from specchat.engine.core import Engine
 from specchat.engine.costs import measure_verify_cost, sizes_up_to
@@ -91,6 +95,18 @@ class EngineAuto(Policy):
         self.since_plain = 0 if drafted == 0 else self.since_plain + 1
 
 
+class Table(Policy):
+    """A fixed draft length per match-length class."""
+
+    EDGES = [shortest for shortest, _ in HAZARD_CLASSES]
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.lengths = lengths
+
+    def plan(self, match: int) -> int:
+        return self.lengths[bisect_right(self.EDGES, match) - 1]
+
+
 ORACLE = object()
 
 
@@ -142,6 +158,30 @@ def replay(reply: Reply, policy: Policy | object, verify: VerifyCost, rules: Rul
     return (len(reply_tokens) - 1) * verify(1) / seconds
 
 
+TABLE_LENGTHS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48)
+TABLE_STARTS = ((0,) * 11, (4,) * 11, (8,) * 11, (0, 0, 1, 2, 3, 4, 6, 8, 8, 8, 8), (0, 2, 4, 8, 12, 16, 24, 32, 32, 32, 32))
+
+
+def match_table(reply: Reply, verify: VerifyCost, rules: Rules, drafter: NgramDrafter) -> float:
+    """The speed-up of the best length-per-match-class table for this reply, found knowing the reply: coordinate
+    descent from several starting tables (a local optimum each, so the best of them bounds the true best from below)."""
+    best = 0.0
+    for start in TABLE_STARTS:
+        lengths = list(start)
+        here = replay(reply, Table(lengths), verify, rules, drafter)
+        improved = True
+        while improved:
+            improved = False
+            for i in range(len(lengths)):
+                for k in TABLE_LENGTHS:
+                    trial = lengths[:i] + [k] + lengths[i + 1:]
+                    speed = replay(reply, Table(trial), verify, rules, drafter)
+                    if speed > here + 1e-9:
+                        here, lengths, improved = speed, trial, True
+        best = max(best, here)
+    return best
+
+
 def copy_ceiling(reply: Reply, verify: VerifyCost) -> float:
     """Plain decoding's cost over the cheapest plan of drafts that are each an earlier verbatim copy, chosen knowing
     the reply."""
@@ -191,6 +231,7 @@ def main() -> None:
                 if rep:
                     runs[reply.task.name].append(speed)
         results[name] = {task: statistics.median(speeds) for task, speeds in runs.items()}
+    results["match table"] = {reply.task.name: match_table(reply, verify, rules, drafter) for reply in replies}
     results["copy ceiling"] = {reply.task.name: copy_ceiling(reply, verify) for reply in replies}
     names = list(results)
     widths = [max(12, len(n) + 2) for n in names]
