@@ -152,6 +152,24 @@ def _ngram_replay():
     return module
 
 
+def test_the_replay_match_table_on_worked_examples(make_engine):
+    """The bound quoted for draft-length policies that see only the match length: on a reply that copies its prompt,
+    the best table drafts the whole copy at once, as the oracle does; when a batch costs its tokens decoded one by one,
+    no table beats plain decoding."""
+    from specchat.engine.drafters import NgramDrafter
+
+    replay = _ngram_replay()
+    rules, drafter = make_engine("ngram", n_max=4).speculation.rules, NgramDrafter(2, 4)
+    task = Task(name="t", prompt="", max_tokens=64)
+    copying = replay.Reply(task, prompt=list(range(100, 110)), tokens=list(range(100, 110)))
+    flat = VerifyCost((1, 64), (1.0, 1.0), exact=64)
+    linear = VerifyCost((1, 64), (1.0, 64.0), exact=64)
+    # One plain step (no 2-token key yet), then the other eight tokens copied in one step with the bonus: 9 in 2.
+    assert replay.match_table(copying, flat, rules, drafter) == pytest.approx(4.5)
+    assert replay.replay(copying, replay.ORACLE, flat, rules, drafter) == pytest.approx(4.5)
+    assert replay.match_table(copying, linear, rules, drafter) == pytest.approx(1.0)
+
+
 def test_the_replay_copy_ceiling_on_worked_examples():
     """The ceiling quoted for prompt-lookup drafting, on replies whose best plans can be written down by hand."""
     replay = _ngram_replay()
