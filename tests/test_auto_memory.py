@@ -68,7 +68,7 @@ def test_an_unwritable_cache_only_means_starting_from_the_priors(tmp_path):
 
 
 def _state(engine):
-    auto = engine.speculation.auto
+    auto = engine.speculation.length
     return auto.hazards, auto.acceptance, auto.costs
 
 
@@ -89,7 +89,7 @@ def test_a_new_engine_starts_where_the_last_one_stopped(make_engine, isolated_au
     # Another sampling is another configuration: its acceptance was never seen.
     from specchat.engine.sampling import SamplingParams
     other = make_engine("ngram", n_max="auto", sampling=SamplingParams(temperature=0.7))
-    assert other.speculation.auto.hazards.evidence.sum() == 0
+    assert other.speculation.length.hazards.evidence.sum() == 0
 
     # The embedded pair never pays on a CPU ("auto" keeps the draft model off, so it learns no acceptance here):
     # what an engine with a pair that drafts would have kept, the next engine takes up.
@@ -103,13 +103,13 @@ def test_a_new_engine_starts_where_the_last_one_stopped(make_engine, isolated_au
     state["draft cost"]["correction"] = -0.5
     isolated_auto_memory.write_text(json.dumps(memory))
     again = make_engine("draft", n_max="auto")
-    assert again.speculation.auto.acceptance.evidence == [40.0, 5.0] and again.speculation.auto.acceptance.probe_every == 64
-    assert again.speculation.auto.draft_cost.seconds == pytest.approx(drafting.speculation.auto.draft_cost.measured * np.exp(-0.5))
+    assert again.speculation.length.acceptance.evidence == [40.0, 5.0] and again.speculation.length.acceptance.probe_every == 64
+    assert again.speculation.length.draft_cost.seconds == pytest.approx(drafting.speculation.length.draft_cost.measured * np.exp(-0.5))
     # A sampling switched in the same engine is another configuration too: its own policies, its own key.
     from specchat.engine.sampling import SamplingParams
-    auto = first.speculation.auto
+    auto = first.speculation.length
     first.apply(dataclasses.replace(first.config, sampling=SamplingParams(temperature=0.7)))
-    assert first.speculation.auto is not auto and first.speculation.auto.hazards.evidence.sum() == 0 and first.speculation.auto.key != auto.key
+    assert first.speculation.length is not auto and first.speculation.length.hazards.evidence.sum() == 0 and first.speculation.length.key != auto.key
 
 
 def test_a_model_drafts_policy_comes_back_whole():
@@ -147,12 +147,12 @@ def test_the_first_reply_of_a_new_process_drafts_like_the_last_of_the_old(make_e
     cold = make_engine("ngram", n_max="auto")
     matches = range(2, 80)
     # Priced alike (the old engine re-prices as its costs move, every few steps): the hazards alone decide.
-    curve = new.speculation.auto.costs.at(0)
+    curve = new.speculation.length.costs.at(0)
     for engine in (old, new, cold):
-        engine.speculation.auto.hazards.reprice(curve)
-    lengths = [old.speculation.auto.hazards.best(m)[0] for m in matches]
-    assert [new.speculation.auto.hazards.best(m)[0] for m in matches] == lengths
-    assert [cold.speculation.auto.hazards.best(m)[0] for m in matches] != lengths
+        engine.speculation.length.hazards.reprice(curve)
+    lengths = [old.speculation.length.hazards.best(m)[0] for m in matches]
+    assert [new.speculation.length.hazards.best(m)[0] for m in matches] == lengths
+    assert [cold.speculation.length.hazards.best(m)[0] for m in matches] != lengths
     first = run(new, COPY_PROMPT, max_tokens=96)
     assert first.ids == last.ids and first.finished.stats.accepted > 10
 

@@ -2,13 +2,14 @@
 engine times (``learned_costs``), and what is kept from one process to the next (``auto_memory``).
 
 A configuration drafting with a model has an ``AutoDraftLength``; one copying earlier text has ``MatchHazards``; the
-combined method (``combined``) has both. The policies decide; this feeds them what each step showed, adds the plain
-and the longer steps that keep the learned costs true, and keeps what was learned.
+combined method (``combined``) has both. ``Adaptive`` is a ``draft_length.DraftLength``, as a fixed ``n_max`` is.
+The policies decide; this feeds them what each step showed, adds the plain and the longer steps that keep the learned
+costs true, and keeps what was learned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .auto import AutoDraftLength, MatchHazards, VerifyCost
@@ -83,6 +84,25 @@ class Adaptive:
     def lengthen(self, k: int, policy: MatchHazards | AutoDraftLength) -> int:
         """``policy``'s planned draft length ``k``, or longer on an exploring step."""
         return lengthened(k, self.steps, policy.k_max)
+
+    def plan(self, limit: int) -> tuple[int, Callable[[int], int] | None]:
+        """``draft_length.DraftLength.plan``: a plain step when calibrating; an n-gram copy's length chosen once it is
+        proposed; a model draft's from the acceptance seen."""
+        if self.calibrating:
+            return 0, None
+        hazards = self.hazards
+        if hazards is not None:  # (the combined method asks the draft model's policy itself when it does not copy)
+            return limit, lambda match: min(self.lengthen(hazards.plan(match), hazards), limit)
+        return min(self.model_length(), limit), None
+
+    def copy_length(self, match: int) -> int:
+        assert self.hazards is not None
+        return self.hazards.plan(match)
+
+    def model_length(self) -> int:
+        acceptance = self.acceptance
+        assert acceptance is not None
+        return self.lengthen(acceptance.plan(), acceptance)
 
     def begin_reply(self) -> None:
         """A new reply: the draft model has the new user turn to read before its first draft (not a caught-up one)."""

@@ -38,7 +38,7 @@ from .events import (
     TokenKind,
 )
 from .llama import Context, DecodeInterrupted, Model, common_prefix
-from .loading import LoadedDraft, LoadedTarget, draft_identity, target_identity
+from .loading import LoadedDraft, draft_identity, open_pair, target_identity
 from .loop import Rules, StepOutcome, speculate
 from .loops import LoopWatch, loop_watch
 from .reference import PLAIN_RATE_TOKENS, PlainReference
@@ -73,12 +73,7 @@ class Engine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self._target = LoadedTarget.open(config)
-        try:
-            self._draft = LoadedDraft.open(config) if config.spec.uses_draft_model else None
-        except BaseException:
-            self._target.close()
-            raise
+        self._target, self._draft = open_pair(config)
         self.chat = TokenWindow(self._target.model, self._target.template)
         self.speculation = Speculation(config)
         self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
@@ -131,12 +126,7 @@ class Engine:
         """
         old = self.config
         if target_identity(config) != target_identity(old):
-            target = LoadedTarget.open(config)
-            try:
-                draft = LoadedDraft.open(config) if config.spec.uses_draft_model else None
-            except BaseException:
-                target.close()
-                raise
+            target, draft = open_pair(config)
             self.close()
             self._target, self._draft, self.config = target, draft, config
             self.speculation.forget_target()

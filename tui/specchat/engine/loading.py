@@ -82,3 +82,13 @@ class LoadedDraft:
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
+
+
+def open_pair(config: EngineConfig) -> tuple[LoadedTarget, LoadedDraft | None]:
+    """The target, and the draft model when the method drafts with one; nothing stays loaded if either fails."""
+    target = LoadedTarget.open(config)
+    try:
+        return target, LoadedDraft.open(config) if config.spec.uses_draft_model else None
+    except BaseException:
+        target.close()
+        raise

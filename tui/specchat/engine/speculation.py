@@ -1,8 +1,9 @@
 """What drafts and how far, for one engine: the profile's drafter, its draft-length policy and the costs it is priced by.
 
 ``Speculation.configure`` sets it up for an engine's configuration and loaded models, again whenever the method,
-sampling or a model changes. A new drafter is one module with a ``drafters.Drafter`` (README: "Adding a drafter") and
-one line in ``drafter``; a new draft-length policy plugs into ``adaptive.Adaptive``.
+sampling or a model changes. A new drafter is one module with a ``drafters.Drafter``, built in ``configure`` and
+returned by ``drafter`` (README: "Adding a drafter"); a new draft-length policy is one class with the
+``draft_length.DraftLength`` protocol, chosen in ``configure``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .auto_memory import AutoMemory
 from .combined import NgramThenModel
 from .config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSpec, SpecConfig
 from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
+from .draft_length import DraftLength, FixedLength
 from .drafters import Drafter, NgramDrafter
 from .events import SpeculationState
 from .learned_costs import LearnedVerifyCost
@@ -43,19 +45,21 @@ class Speculation:
         spec, sampling = config.spec, config.sampling
         if self.ngram.sizes != range(spec.ngram_max, spec.ngram_min - 1, -1):
             self.ngram = NgramDrafter(spec.ngram_min, spec.ngram_max)
-        self.auto: Adaptive | None = None
         self.verify: VerifyCost | None = None
         if spec.method != "none":
             longest = max(AUTO_K_MAX.values()) if spec.adaptive else int(spec.n_max)
             self.verify = self._costs(target.model, target.ctx, config.target, sizes_up_to(longest + 1))
+        self.length: DraftLength
         if spec.adaptive and self.verify is not None:
             key = (spec, draft.identity if draft is not None else None, replace(sampling, seed=0))
             if key not in self._learned:
                 self._learned[key] = self._new_auto(self.verify, depth)
-            self.auto = self._learned[key]
+            self.length = self._learned[key]
+        else:
+            self.length = FixedLength(0 if spec.method == "none" else int(spec.n_max))
         self.combined: NgramThenModel | None = None
         if spec.method == "ngram+draft" and draft is not None:
-            self.combined = NgramThenModel(self.ngram, draft.drafter, *self._combined_lengths())
+            self.combined = NgramThenModel(self.ngram, draft.drafter, self.length.copy_length, self.length.model_length)
         seed = sampling.seed
         self.rules = Rules(sampling, np.random.default_rng(seed), np.random.default_rng(seed + 1), target.model,
                            n_min=spec.n_min, p_min=spec.p_min)
@@ -90,16 +94,14 @@ class Speculation:
         drafter = self.drafter
         if drafter is not None and drafter.blocked:
             return SpeculationState(method, False, drafter.blocked)
-        if self.auto is not None and not self.auto.active:
-            return SpeculationState(method, False, self.auto.reason)
+        if not self.length.active:
+            return SpeculationState(method, False, self.length.reason)
         return SpeculationState(method, True)
 
     @property
     def n_max(self) -> int:
         """The draft length in use: fixed by the profile, or the one "auto" chose last."""
-        if self.config.spec.method == "none":
-            return 0
-        return self.auto.k if self.auto is not None else int(self.config.spec.n_max)
+        return self.length.k
 
     @property
     def max_verify(self) -> int | None:
@@ -132,31 +134,18 @@ class Speculation:
     # -- a reply's steps ----------------------------------------------------------------------------------------
 
     def begin_reply(self) -> None:
-        if self.auto is not None:
-            self.auto.begin_reply()
+        self.length.begin_reply()
 
     def begin_step(self, limit: int) -> tuple[int, Callable[[int], int] | None]:
         """A step begins: the most draft tokens it may verify, and who chooses from a proposed draft (n-gram
         "auto")."""
         if self.combined is not None:
             self.combined.begin_step()
-        auto = self.auto
-        if auto is None:
-            return min(self.n_max, limit), None
-        if auto.calibrating:
-            return 0, None
-        hazards = auto.hazards
-        if hazards is not None:  # the n-gram copy is chosen after seeing it
-            # (the combined method asks the draft model's policy itself when it does not copy)
-            return limit, lambda match: min(auto.lengthen(hazards.plan(match), hazards), limit)
-        acceptance = auto.acceptance
-        assert acceptance is not None
-        return min(auto.lengthen(acceptance.plan(), acceptance), limit), None
+        return self.length.plan(limit)
 
     def stepped(self, outcome: StepOutcome, depth: int, tokens: list[int]) -> None:
         """A step verified at ``depth``: "auto" learns from it, the drafter sees the conversation it left."""
-        if self.auto is not None:
-            self.auto.observe(outcome, depth, self.combined.proposal if self.combined is not None else None)
+        self.length.observe(outcome, depth, self.combined.proposal if self.combined is not None else None)
         drafter = self.drafter
         if drafter is not None:
             drafter.notice(tokens)
@@ -165,8 +154,7 @@ class Speculation:
         """The reply and the prompt tokens before it are kept for drafts: asking again, regenerating, an A/B rerun."""
         if reply:
             self.ngram.remember(prompt_tail + reply)
-        if self.auto is not None:
-            self.auto.keep()  # the next process starts from here
+        self.length.keep()  # the next process starts from here
 
     # -- costs --------------------------------------------------------------------------------------------------
 
@@ -176,17 +164,6 @@ class Speculation:
         key = f"{cost_key(target.model, target.ctx, self.config.target)}|depth slope"
         token = max(target.model.bos, 0)
         return CostCache(paths.verify_costs_file()).get_slope(key, lambda: measure_depth_slope(target.ctx, token))
-
-    def _combined_lengths(self) -> tuple[Callable[[int], int], Callable[[], int]]:
-        """How far the combined method verifies a copy from a match, and drafts with the model otherwise: the two
-        policies of "auto", or n_max for both."""
-        auto = self.auto
-        if auto is None:
-            fixed = int(self.config.spec.n_max)
-            return (lambda _match: fixed), (lambda: fixed)
-        hazards, acceptance = auto.hazards, auto.acceptance
-        assert hazards is not None and acceptance is not None
-        return hazards.plan, lambda: auto.lengthen(acceptance.plan(), acceptance)
 
     def _new_auto(self, verify: VerifyCost, depth: int) -> Adaptive:
         """The draft-length policies of "auto", with what this target's costs and an earlier process taught them."""
