@@ -19,7 +19,7 @@ from typing import Any
 
 from ..engine.chat_template import ChatTemplate
 from ..engine.config import SWITCHED_OFF_BY_HAND, EngineConfig, without_speculation
-from ..engine.conversation import TokenWindow, Message, as_dicts
+from ..engine.conversation import Message, TokenWindow, as_dicts
 from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
 from ..engine.llama import Model, model_identity
 from ..engine.reference import PLAIN_RATE_TOKENS, PlainReference

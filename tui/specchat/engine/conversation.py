@@ -110,8 +110,7 @@ class TokenWindow:
         self.rendered += text
 
     def snapshot(self) -> WindowState:
-        return WindowState(tuple(self.messages), tuple(self.tokens), self.rendered, self._head_len,
-                                 self._head.copy())
+        return WindowState(tuple(self.messages), tuple(self.tokens), self.rendered, self._head_len, self._head.copy())
 
     def resume(self, state: WindowState) -> None:
         """Back to ``snapshot``'s state, trimmed window included (the KV cache catches up at the next prefill)."""

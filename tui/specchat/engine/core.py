@@ -2,9 +2,10 @@
 
 ``Engine.reply`` turns a user message into events (see ``events``); each verify step is one call of
 ``loop.speculate`` — draft, verify, accept, roll back — whose outcome is emitted in the documented order. The
-conversation's tokens live in ``conversation``, loading and hot reload in ``loading``, what drafts and how far in
-``speculation`` (the drafters in ``drafters`` and ``combined``, ``n_max = "auto"`` in ``adaptive`` (its policies in ``auto``, the costs they learn in
-``learned_costs``, what lasts between processes in ``auto_memory``)).
+conversation's tokens live in ``conversation``, loading and hot reload in ``loading``, and what drafts and how far
+in ``speculation``: the drafters in ``drafters`` and ``combined``, the draft length in ``draft_length`` and, for
+``n_max = "auto"``, ``adaptive`` (its policies in ``auto``, the costs they learn in ``learned_costs``, what lasts
+between processes in ``auto_memory``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..errors import ConfigError
 from .candidates import Ranked, RowJudgement, ranked
 from .chat_template import ChatTemplate
 from .config import DEFAULT_MAX_TOKENS, EngineConfig
-from .conversation import TokenWindow, Message
+from .conversation import Message, TokenWindow
 from .cpu import ThreadGovernor
 from .drafters import Draft, Drafter
 from .events import (
@@ -76,7 +77,7 @@ class Engine:
         self._target, self._draft = open_pair(config)
         self.chat = TokenWindow(self._target.model, self._target.template)
         self.speculation = Speculation(config)
-        self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
+        self._set_up_speculation()
         self._governor = self._new_governor()
         self.new_chat()
 
@@ -132,7 +133,7 @@ class Engine:
             self.speculation.forget_target()
             messages = [Message(m.role, m.content, None, m.finish_reason) for m in self.messages]
             self.chat = TokenWindow(target.model, target.template)
-            self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
+            self._set_up_speculation()
             self._governor = self._new_governor()
             # Token ids of the old target mean nothing to the new one: keep the text, re-tokenize.
             self.restore(messages)
@@ -156,12 +157,16 @@ class Engine:
             self._draft.threads = config.draft.threads
         self.config = config
         if config.spec != old.spec or config.sampling != old.sampling or action == "draft reloaded":
-            self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
+            self._set_up_speculation()
         else:
             self.speculation.follow(config, self._draft)
         if (config.target.threads, config.adapt_threads) != (old.target.threads, old.adapt_threads):
             self._governor = self._new_governor()
         return action
+
+    def _set_up_speculation(self) -> None:
+        """Speculation as the configuration says, with the models loaded now, from the conversation as it is."""
+        self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
 
     def _new_governor(self) -> ThreadGovernor | None:
         if not self.config.adapt_threads:
