@@ -36,10 +36,10 @@ def worker(profile: str, tasks_file: Path, task_name: str, replies: int) -> None
     from specchat.bench.tasks import load_tasks
     from specchat.engine import ReplyFinished
     from specchat.engine.core import Engine
-    from specchat.profiles import engine_config, load_profile
+    from specchat.profiles import load_profile, run_config
 
     task = next(t for t in load_tasks(tasks_file)[0] if t.name == task_name)
-    config = dataclasses.replace(engine_config(load_profile(profile)), adapt_threads=False)
+    config = dataclasses.replace(run_config(load_profile(profile)), adapt_threads=False)
     spec = Engine(config)
     plain = Engine(dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")))
 

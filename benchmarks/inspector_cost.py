@@ -15,7 +15,7 @@ import statistics
 
 from specchat.engine.core import Engine
 from specchat.engine.events import ReplyFinished
-from specchat.profiles import engine_config, load_profile
+from specchat.profiles import load_profile, run_config
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     args = parser.parse_args()
     for name in ("tiny", "ngram", "baseline"):
-        engine = Engine(engine_config(load_profile(name), **{"target.adapt_threads": False}))
+        engine = Engine(run_config(load_profile(name), **{"target.adapt_threads": False}))
         try:
             decode_tps(engine, 5, args.tokens)  # warm: caches, measured verify costs
             ratios, plain, kept = [], [], []

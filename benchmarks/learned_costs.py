@@ -38,12 +38,12 @@ def worker(args: argparse.Namespace) -> None:
     from specchat.engine import ReplyFinished
     from specchat.engine.core import Engine
     from specchat.engine.learned_costs import LearnedVerifyCost
-    from specchat.profiles import engine_config, load_profile
+    from specchat.profiles import load_profile, run_config
 
     if args.frozen:  # the costs stay the sweep's, as before learning (a benchmark's switch, not a product one)
         LearnedVerifyCost.observe = lambda self, rows, depth, seconds: None  # type: ignore[method-assign]
     task = next(t for t in load_tasks(args.tasks)[0] if t.name == args.task)
-    config = dataclasses.replace(engine_config(load_profile(args.profile)), adapt_threads=False)
+    config = dataclasses.replace(run_config(load_profile(args.profile)), adapt_threads=False)
     spec = Engine(config)  # a sweep missing from the cache is measured here (the --sweep run)
     if args.sweep:
         return

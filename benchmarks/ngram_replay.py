@@ -36,14 +36,14 @@ from pathlib import Path
 from specchat.bench.runners import task_history
 from specchat.bench.tasks import Task, load_tasks
 from specchat.engine import TokenEmitted
-from specchat.engine.auto import HAZARD_CLASSES, MatchHazards, VerifyCost
 from specchat.engine.adaptive import AUTO_K_MAX, CALIBRATE_EVERY, lengthened
+from specchat.engine.auto import HAZARD_CLASSES, MatchHazards, VerifyCost
 from specchat.engine.core import Engine
 from specchat.engine.costs import measure_verify_cost, sizes_up_to
-from specchat.engine.drafters import NgramDrafter
+from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.llama import common_prefix
 from specchat.engine.loop import Rules
-from specchat.profiles import engine_config, load_profile
+from specchat.profiles import load_profile, run_config
 
 
 @dataclasses.dataclass
@@ -202,7 +202,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="ngram")
     args = parser.parse_args()
-    config = dataclasses.replace(engine_config(load_profile(args.profile)), adapt_threads=False)
+    config = dataclasses.replace(run_config(load_profile(args.profile)), adapt_threads=False)
     engine = Engine(dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")))
     tasks, problems = load_tasks(args.tasks)
     for problem in problems:

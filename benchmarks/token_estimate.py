@@ -15,12 +15,11 @@ import statistics
 from pathlib import Path
 
 import tiktoken
-
 from specchat.backends import open_backend
+from specchat.backends.config import BackendSpec, RunConfig
 from specchat.backends.openai_chat import ENCODING
 from specchat.backends.server_build import find_server
-from specchat.engine import EngineConfig, ModelSpec, SpecConfig
-from specchat.engine.config import BackendSpec
+from specchat.engine import ModelSpec, SpecConfig
 from specchat.engine.events import ReplyFinished
 from specchat.profiles import embedded
 
@@ -40,13 +39,13 @@ def main() -> None:
     parser.add_argument("--server", type=Path, default=None, help="llama-server (default: the one specchat runs)")
     args = parser.parse_args()
     binary = args.server or find_server()
-    config = EngineConfig(ModelSpec(embedded.target_path(), threads=2), ModelSpec(embedded.draft_path(), threads=2),
+    config = RunConfig(ModelSpec(embedded.target_path(), threads=2), ModelSpec(embedded.draft_path(), threads=2),
                           SpecConfig("draft", n_max=4), n_ctx=2048, system_prompt="You are a helpful assistant.",
                           backend=BackendSpec(kind="llama-server", binary=str(binary)))
     managed = open_backend(config)
     encoding = tiktoken.get_encoding(ENCODING)
     try:
-        remote = open_backend(EngineConfig(ModelSpec(Path("remote")), None, SpecConfig("none"), n_ctx=2048,
+        remote = open_backend(RunConfig(ModelSpec(Path("remote")), None, SpecConfig("none"), n_ctx=2048,
                                            system_prompt=config.system_prompt,
                                            backend=BackendSpec(kind="remote", url=managed.url, api="openai")))
         ratios = []

@@ -32,14 +32,14 @@ from specchat.app.chat_app import make_app
 from specchat.app.settings import Settings
 from specchat.app.widgets.prompt import PromptInput
 from specchat.engine import Engine, ReplyFinished
-from specchat.profiles import engine_config, load_profile
+from specchat.profiles import load_profile, run_config
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 SIZE = (130, 40)
 
 
 def headless(profile: str, tokens: int) -> float:
-    engine = Engine(engine_config(load_profile(profile)))
+    engine = Engine(run_config(load_profile(profile)))
     try:
         finished = [e for e in engine.reply(PROMPT, max_tokens=tokens) if isinstance(e, ReplyFinished)][0]
         return finished.stats.decode_tps or 0.0

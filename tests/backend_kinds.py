@@ -12,10 +12,10 @@ from pathlib import Path
 
 from conftest import THREADS
 from specchat.backends import open_backend
+from specchat.backends.config import BackendSpec, RunConfig
 from specchat.backends.llama_server import server_args
 from specchat.backends.server_process import ServerProcess
-from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig
-from specchat.engine.config import BackendSpec
+from specchat.engine import Message, ModelSpec, SpecConfig
 from specchat.engine.events import Event, TokenEmitted
 from specchat.engine.loops import LoopRule
 
@@ -49,8 +49,8 @@ class Servers:
             server.close()
 
 
-def speculative_config(target: Path, draft: Path, n_ctx: int) -> EngineConfig:
-    return EngineConfig(ModelSpec(target, threads=THREADS), ModelSpec(draft, threads=THREADS),
+def speculative_config(target: Path, draft: Path, n_ctx: int) -> RunConfig:
+    return RunConfig(ModelSpec(target, threads=THREADS), ModelSpec(draft, threads=THREADS),
                         SpecConfig("draft", n_max=N_MAX), n_ctx=n_ctx, system_prompt=SYSTEM)
 
 

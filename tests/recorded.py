@@ -41,9 +41,9 @@ def load(path: Path = FIXTURE) -> tuple[str, list[object]]:
 
 def record() -> None:
     from specchat.engine import Engine
-    from specchat.profiles import engine_config, load_profile
+    from specchat.profiles import load_profile, run_config
 
-    engine = Engine(engine_config(load_profile("tiny")))
+    engine = Engine(run_config(load_profile("tiny")))
     try:
         events = list(engine.reply(PROMPT, max_tokens=80))
     finally:

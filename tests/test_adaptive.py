@@ -1,16 +1,16 @@
-"""How "auto" is fed each step (engine/adaptive.py) and the combined drafter's choice (engine/combined.py), on
+"""How "auto" is fed each step (engine/adaptive.py) and the combined drafter's choice (engine/drafters/combined.py), on
 synthetic steps: what each policy learns from, which steps are plain or longer, and what is kept."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from specchat.engine.adaptive import CALIBRATE_EVERY, EXPLORE_EVERY, EXPLORE_FROM, Adaptive, judged_against, lengthened
 from specchat.engine.auto import VerifyCost
 from specchat.engine.auto_memory import AutoMemory
-from specchat.engine.combined import NgramThenModel
-from specchat.engine.drafters import NO_DRAFT, Draft, NgramDrafter
+from specchat.engine.drafters import METHODS, NO_DRAFT, Draft
+from specchat.engine.drafters.combined import NgramThenModel
+from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.learned_costs import LearnedVerifyCost
 from specchat.engine.loop import Rules, StepOutcome
 from specchat.engine.sampling import SamplingParams
@@ -20,7 +20,7 @@ K_MAX = {"draft": 16, "ngram": 64}
 
 
 def adaptive(tmp_path, method: str = "ngram+draft") -> Adaptive:
-    return Adaptive.open(LearnedVerifyCost(SWEEP), method, K_MAX, 0.004 if "draft" in method else None,
+    return Adaptive.open(LearnedVerifyCost(SWEEP), METHODS[method].copies, K_MAX, 0.004 if "draft" in method else None,
                          AutoMemory(tmp_path / "memory.json"), "auto|test", "costs|test", depth=0)
 
 
@@ -71,11 +71,11 @@ def test_no_stale_copy_is_judged_on_a_step_that_proposed_nothing():
     seq = [1, 2, 3, 4, 9, 1, 2, 3]  # "1 2 3" was followed by 4: a copy of 4 9 1 ... is proposed
     draft = combined.propose(seq, 8, rules)
     assert model_calls == [3] and draft.tokens == [1, 1, 1] and not draft.from_text
-    assert combined.proposal is not None and combined.proposal.tokens[0] == 4 and combined.proposal.match >= 3
+    assert combined.turned_down is not None and combined.turned_down.tokens[0] == 4 and combined.turned_down.match >= 3
     combined.begin_step()  # a plain step next (the engine's calibration, the reply's last token): nothing proposed
-    assert combined.proposal is None
+    assert combined.turned_down is None
     worth = NgramThenModel(ngram, Model(), copy_length=lambda match: 2, model_length=lambda: 3)
-    assert worth.propose(seq, 8, rules).from_text and worth.proposal is None and model_calls == [3]
+    assert worth.propose(seq, 8, rules).from_text and worth.turned_down is None and model_calls == [3]
 
 
 def test_plain_and_longer_steps_come_now_and_then_within_the_longest_draft(tmp_path):

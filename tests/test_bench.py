@@ -8,10 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from specchat.bench.tasks import Task
 from specchat.engine.auto import VerifyCost
-
 from test_bad_input import cli
 
 TWO_TASKS = """
@@ -156,7 +154,7 @@ def test_the_replay_match_table_on_worked_examples(make_engine):
     """The bound quoted for draft-length policies that see only the match length: on a reply that copies its prompt,
     the best table drafts the whole copy at once, as the oracle does; when a batch costs its tokens decoded one by one,
     no table beats plain decoding."""
-    from specchat.engine.drafters import NgramDrafter
+    from specchat.engine.drafters.ngram import NgramDrafter
 
     replay = _ngram_replay()
     rules, drafter = make_engine("ngram", n_max=4).speculation.rules, NgramDrafter(2, 4)

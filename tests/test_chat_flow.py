@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import Run, THREADS, notices
+from conftest import THREADS, Run, notices
 from gguf_fixtures import write_variant
 from specchat.backends import open_backend
+from specchat.backends.config import BackendSpec, RunConfig
 from specchat.chats.session import ChatSession
 from specchat.chats.store import Store, StoredMessage
 from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig
-from specchat.engine.config import BackendSpec
 from specchat.engine.events import SpeculationChanged, TokenEmitted
 from specchat.engine.sampling import SamplingParams
 from specchat.errors import SpecchatError
@@ -49,7 +48,7 @@ def test_a_prefill_stops_mid_batch_when_cancelled(make_engine):
 
 def test_a_server_stream_stops_while_the_server_is_still_reading_the_prompt(target_path, draft_path, llama_server):
     """The stream waited (600 s at most) for the server's first chunk, after its whole prefill, before Esc counted."""
-    backend = open_backend(EngineConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft_path, threads=THREADS),
+    backend = open_backend(RunConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft_path, threads=THREADS),
                                         SpecConfig("draft", n_max=4), n_ctx=4096,
                                         backend=BackendSpec(kind="llama-server", binary=str(llama_server))))
     try:
@@ -161,10 +160,9 @@ def _until_first_step(engine, steps):
 
 
 def test_the_summary_of_an_auto_profile_says_auto_and_the_status_line_fits(tmp_path, user_cache):
+    from specchat.engine.stats import ReplyStats
     from specchat.figures import summary_line
     from specchat.repl.render import figures
-
-    from specchat.engine.stats import ReplyStats
 
     stats = ReplyStats(method="ngram", speculation_active=True, n_max=0, adaptive=True, generated=10)
     assert summary_line(stats, "stop").startswith("[ngram n_max=auto]")
@@ -188,7 +186,7 @@ def test_ab_in_a_trimmed_chat_keeps_the_window(target_path, draft_path):
     from specchat.backends.local import LocalBackend
 
     def last_turn(with_ab: bool):
-        backend = LocalBackend(EngineConfig(ModelSpec(target_path, threads=THREADS),
+        backend = LocalBackend(RunConfig(ModelSpec(target_path, threads=THREADS),
                                             ModelSpec(draft_path, threads=THREADS), SpecConfig("draft", n_max=4),
                                             SamplingParams(temperature=0.8, seed=5), n_ctx=256,
                                             system_prompt="Be brief."))
@@ -222,7 +220,7 @@ def test_a_server_restart_never_runs_two_servers_and_ab_shows_the_servers_memory
                                                                                  llama_server):
     from backend_kinds import llama_servers_running
 
-    config = EngineConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft_path, threads=THREADS),
+    config = RunConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft_path, threads=THREADS),
                           SpecConfig("draft", n_max=4), n_ctx=1024,
                           backend=BackendSpec(kind="llama-server", spec_type="draft-simple", binary=str(llama_server)))
     before = llama_servers_running()
@@ -256,9 +254,8 @@ def test_a_server_restart_never_runs_two_servers_and_ab_shows_the_servers_memory
 
 
 def test_ab_in_the_repl_refuses_a_cancelled_reply_and_one_made_under_another_profile(tmp_path, user_cache):
-    from test_repl import CTRL_D, run_repl, signal_once_streaming
-
     from specchat.repl.shell import ReplSettings
+    from test_repl import CTRL_D, run_repl, signal_once_streaming
 
     sampled = tmp_path / "sampled.toml"
     sampled.write_text((Path(__file__).parents[1] / "profiles" / "tiny.toml").read_text()
@@ -276,7 +273,6 @@ def test_ab_refuses_a_reply_made_under_another_target_or_context(tmp_path, user_
     """After a switch that changed the target or the context, both arms reran under the new profile against a record
     made under the old one; each change is named, and a regenerated reply can be compared again."""
     from backend_kinds import ask, controller_for
-
     from specchat.chats.controller import Refused
 
     tiny = (Path(__file__).parents[1] / "profiles" / "tiny.toml").read_text()
@@ -299,10 +295,9 @@ def test_ab_refuses_a_reply_made_under_another_target_or_context(tmp_path, user_
 
 
 async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_one(settings):
-    from test_app import SIZE, ask, ready, start_long_reply, wait_until
-
     from specchat.app.chat_app import make_app
     from specchat.app.screens import ABScreen
+    from test_app import SIZE, ask, ready, start_long_reply, wait_until
 
     settings.max_tokens = 300
     async with make_app(settings).run_test(size=SIZE) as pilot:
@@ -325,9 +320,8 @@ async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_o
 
 
 def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, user_cache):
-    from test_repl import CTRL_D, run_repl
-
     from specchat.repl.shell import ReplSettings
+    from test_repl import CTRL_D, run_repl
 
     settings = ReplSettings("tiny", db_path=tmp_path / "chats.sqlite3", history_path=tmp_path / "history",
                             max_tokens=300, color=False)
@@ -368,9 +362,8 @@ def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, us
 
 def test_a_message_refused_before_it_began_comes_back_to_the_repls_prompt(tmp_path, user_cache):
     """The app put a message too long for the context back into its prompt; the REPL dropped it."""
-    from test_repl import CTRL_D, run_repl
-
     from specchat.repl.shell import ReplSettings
+    from test_repl import CTRL_D, run_repl
 
     small = tmp_path / "small.toml"
     small.write_text((Path(__file__).parents[1] / "profiles" / "tiny.toml").read_text()

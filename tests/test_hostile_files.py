@@ -16,12 +16,11 @@ import pytest
 import tomlkit
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
 from specchat.app.keymap import ALL_BINDINGS, load_keymap
 from specchat.engine.chat_template import ChatTemplate
 from specchat.engine.gguf_header import read_metadata
 from specchat.errors import SpecchatError
-from specchat.profiles import SCHEMA, engine_config, parse_profile
+from specchat.profiles import SCHEMA, parse_profile, run_config
 from test_bad_input import cli
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -79,7 +78,7 @@ documents = st.dictionaries(st.one_of(st.sampled_from(sorted(SCHEMA)), st.text(m
 def profile_outcome(source: str, path: Path) -> object:
     def parse_and_configure() -> object:
         profile = parse_profile(source, path)
-        return engine_config(profile)  # the model names are made up: this ends in a ModelError at the latest
+        return run_config(profile)  # the model names are made up: this ends in a ModelError at the latest
 
     return outcome(parse_and_configure)
 

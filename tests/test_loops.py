@@ -12,13 +12,11 @@ from pathlib import Path
 
 import llama_cpp as lc
 import pytest
-
 from conftest import run
 from specchat.engine.events import TokenKind
 from specchat.engine.loops import LoopRule, LoopWatch
 from specchat.errors import ConfigError
-from specchat.profiles import engine_config, parse_profile
-
+from specchat.profiles import parse_profile, run_config
 from test_bad_input import cli
 
 # Prompts the bundled target answers in a loop (found by asking it): accented Spanish, an emoji row, Chinese.
@@ -116,12 +114,12 @@ method = "none"
 
 
 def test_profiles_turn_the_rule_on_by_default_and_off_by_hand(tmp_path):
-    assert engine_config(parse_profile(PROFILE, name="p")).loop == LoopRule()
+    assert run_config(parse_profile(PROFILE, name="p")).loop == LoopRule()
     tuned = parse_profile(PROFILE + "loop_repeats = 4\nloop_min_tokens = 64\nloop_window = 400\n", name="p")
-    assert engine_config(tuned).loop == LoopRule(4, 64, 400)
-    assert engine_config(parse_profile(PROFILE + "stop_on_loop = false\n", name="p")).loop is None
+    assert run_config(tuned).loop == LoopRule(4, 64, 400)
+    assert run_config(parse_profile(PROFILE + "stop_on_loop = false\n", name="p")).loop is None
     with pytest.raises(ConfigError, match=r"profile p: loop_window \(30\) must be at least loop_min_tokens \(48\)"):
-        engine_config(parse_profile(PROFILE + "loop_window = 30\n", name="p"))
+        run_config(parse_profile(PROFILE + "loop_window = 30\n", name="p"))
     with pytest.raises(ConfigError, match=r"<profile>:6: \[chat\] stop_on_loop.*true"):
         parse_profile(PROFILE + 'stop_on_loop = "yes"\n', name="p")
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from specchat.engine.drafters import NgramDrafter
+from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.events import TokenKind
 from specchat.engine.llama import SequenceCache
 from specchat.engine.loop import Rules, speculate

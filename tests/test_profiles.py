@@ -9,7 +9,6 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-
 from conftest import run
 from gguf_fixtures import write_scrambled_copy, write_vocab_gguf
 from specchat import profiles
@@ -41,12 +40,12 @@ def test_every_preset_parses_and_validates():
     assert profiles.load_profile("ngram").values["draft"]["method"] == "ngram"
 
 
-def test_presets_with_embedded_models_build_engine_configs():
+def test_presets_with_embedded_models_build_run_configs():
     for name, method in (("tiny", "draft"), ("ngram", "ngram"), ("baseline", "none"), ("ngram-draft", "ngram+draft")):
-        config = profiles.engine_config(profiles.load_profile(name))
+        config = profiles.run_config(profiles.load_profile(name))
         assert config.spec.method == method and config.target.path.is_file()
         assert (config.draft is not None) == (method in ("draft", "ngram+draft"))
-    assert profiles.engine_config(profiles.load_profile("ngram")).spec.adaptive
+    assert profiles.run_config(profiles.load_profile("ngram")).spec.adaptive
 
 
 def test_mtp_profiles_run_through_llama_server():
@@ -56,14 +55,14 @@ def test_mtp_profiles_run_through_llama_server():
         assert (values["backend"]["kind"], values["backend"]["spec_type"]) == ("llama-server", "draft-mtp")
     recipe = [profiles.load_profile(f"server-{kind}").values for kind in ("none", "ngram-simple", "draft-mtp")]
     assert len({(v["target"]["model"], v["target"]["n_ctx"], tuple(v["sampling"].items())) for v in recipe}) == 1
-    config = profiles.engine_config(profiles.load_profile("server-tiny"))
+    config = profiles.run_config(profiles.load_profile("server-tiny"))
     assert config.backend.kind == "llama-server" and config.backend.spec_type == "draft-simple"
     assert config.draft is not None and config.target.path.is_file()
 
 
 def test_missing_named_model_says_where_it_looked_and_how_to_get_it():
     with pytest.raises(ModelError) as err:
-        profiles.engine_config(profiles.load_profile("qwen3-8b-1.7b"))
+        profiles.run_config(profiles.load_profile("qwen3-8b-1.7b"))
     message = str(err.value)
     assert "Qwen3-8B-Q4_K_M.gguf" in message and ".lmstudio/models" in message and "huggingface/hub" in message
     assert 'search "Qwen3 8B"' in message
@@ -130,7 +129,7 @@ def test_models_are_found_by_path_and_by_name(tmp_path, monkeypatch, target_path
     for reference in ("Smol-Q4_1.gguf", "smol-q4_1", "beside.gguf", "./beside.gguf", str(target_path)):
         path = profile_dir / "p.toml"
         path.write_text(f'[target]\nmodel = "{reference}"\n')
-        config = profiles.engine_config(profiles.load_profile(str(path)))
+        config = profiles.run_config(profiles.load_profile(str(path)))
         assert config.target.path.resolve() == target_path.resolve(), reference
 
 

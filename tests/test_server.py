@@ -16,23 +16,22 @@ import time
 from pathlib import Path
 
 import pytest
-
 from backend_kinds import llama_servers_running
 from conftest import THREADS
 from specchat.backends import open_backend
+from specchat.backends.config import BackendSpec, RunConfig
 from specchat.backends.provenance import StepTracker
 from specchat.backends.server_build import ENV, extract
 from specchat.backends.server_process import ServerProcess
-from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig, TokenEmitted, TokenKind
-from specchat.engine.config import BackendSpec
+from specchat.engine import Message, ModelSpec, SpecConfig, TokenEmitted, TokenKind
 from specchat.engine.events import ReplyFinished, StepVerified
 from specchat.errors import BackendError, ConfigError, SpecchatError
 
 PROMPT = "List five countries in Europe and their capitals."
 
 
-def server_config(target: Path, draft: Path, binary: Path, **backend) -> EngineConfig:
-    return EngineConfig(ModelSpec(target, threads=THREADS), ModelSpec(draft, threads=THREADS),
+def server_config(target: Path, draft: Path, binary: Path, **backend) -> RunConfig:
+    return RunConfig(ModelSpec(target, threads=THREADS), ModelSpec(draft, threads=THREADS),
                         SpecConfig("draft", n_max=4), n_ctx=2048, system_prompt="You are a helpful assistant.",
                         backend=BackendSpec(**{"kind": "llama-server", "spec_type": "draft-simple",
                                                "binary": str(binary), **backend}))
@@ -277,8 +276,8 @@ def foreign_server():
     server.shutdown()
 
 
-def remote(url: str, **backend) -> EngineConfig:
-    return EngineConfig(ModelSpec(Path("remote")), spec=SpecConfig("draft", n_max=4),
+def remote(url: str, **backend) -> RunConfig:
+    return RunConfig(ModelSpec(Path("remote")), spec=SpecConfig("draft", n_max=4),
                         backend=BackendSpec(kind="remote", url=url, **backend))
 
 

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import chi2_contingency, chisquare
-
 from conftest import THREADS, Run, run
 from gguf_fixtures import write_variant, write_vocab_gguf
+from scipy.stats import chi2_contingency, chisquare
 from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
 from specchat.engine.core import Engine
-from specchat.engine.drafters import ModelDrafter
+from specchat.engine.drafters.model import ModelDrafter
 from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted, TokenKind
 from specchat.engine.llama import SequenceCache
 from specchat.engine.loop import Rules, speculate
@@ -269,8 +268,8 @@ def test_a_vocabulary_that_lists_a_token_twice_is_refused_before_llama_cpp_sees_
 
 
 def test_vocabulary_sizes_within_128_are_compatible(tmp_path, target_path):
-    from specchat.engine.compat import check_pair
     from gguf_fixtures import smollm_tokens
+    from specchat.engine.compat import check_pair
 
     tokens = smollm_tokens(target_path)
     extra = [f"<extra {i}>" for i in range(129)]
@@ -332,8 +331,8 @@ def test_tokens_in_only_one_vocabulary_never_crash_drafting(which, vocab_variant
 
 
 def test_a_gguf_without_a_chat_template_says_so_and_a_profile_can_name_one(tmp_path, target_path):
-    from test_bad_input import cli
     from specchat.errors import ConfigError
+    from test_bad_input import cli
 
     bare = write_variant(target_path, tmp_path / "bare.gguf", drop_keys=("tokenizer.chat_template",))
     messages = [{"role": "user", "content": "Hi"}]

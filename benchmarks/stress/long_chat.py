@@ -22,7 +22,7 @@ from specchat.backends import open_backend
 from specchat.chats.session import ChatSession
 from specchat.chats.store import Store
 from specchat.engine import ContextTrimmed, ReplyFinished
-from specchat.profiles import engine_config, load_profile
+from specchat.profiles import load_profile, run_config
 from specchat.telemetry.live import LiveTelemetry
 from specchat.telemetry.memory import rss_bytes
 
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--profile", default="ngram")
     args = parser.parse_args()
-    config = dataclasses.replace(engine_config(load_profile(args.profile)), n_ctx=args.n_ctx)
+    config = dataclasses.replace(run_config(load_profile(args.profile)), n_ctx=args.n_ctx)
     backend = open_backend(config)
     telemetry = LiveTelemetry()
     times: list[float] = []

@@ -18,7 +18,12 @@ class IncompatibleDraftError(ModelError):
 
 
 class ConfigError(SpecchatError):
-    """A parameter or profile value is impossible or unknown."""
+    """A parameter or profile value is impossible or unknown. ``key``: the profile's (section, key) it is about, for
+    the profile parser to name its line."""
+
+    def __init__(self, message: str, key: tuple[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class ContextError(SpecchatError):

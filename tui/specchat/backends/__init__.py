@@ -10,15 +10,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..engine.config import EngineConfig
 from ..engine.conversation import Message
 from ..engine.events import Event, SpeculationState
 from ..engine.reference import PlainReference
 from ..errors import SpecchatError, SwitchFailed
+from .config import RunConfig
 
 
 class Backend(Protocol):
-    config: EngineConfig
+    config: RunConfig
 
     @property
     def target_id(self) -> str:
@@ -49,7 +49,7 @@ class Backend(Protocol):
         ``top``, each token carries a ``Judgement``: the target's ``top`` best candidates at its position (for the
         token inspector), and what this backend cannot tell about it."""
 
-    def apply(self, config: EngineConfig) -> str:
+    def apply(self, config: RunConfig) -> str:
         """Switch configuration with the least work; returns what was done ("parameters", "draft reloaded",
         "full reload"). A failed switch keeps the previous configuration."""
 
@@ -78,7 +78,7 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def open_backend(config: EngineConfig) -> Backend:
+def open_backend(config: RunConfig) -> Backend:
     """The backend a configuration asks for: in this process, or through llama.cpp's server (started here or remote)."""
     if config.backend.kind == "local":
         from .local import LocalBackend
@@ -89,7 +89,7 @@ def open_backend(config: EngineConfig) -> Backend:
     return LlamaServerBackend(config)
 
 
-def switch_backend(current: Backend | None, config: EngineConfig) -> tuple[Backend, str]:
+def switch_backend(current: Backend | None, config: RunConfig) -> tuple[Backend, str]:
     """The backend for ``config`` and what it took. The same kind of backend switches in place with the least work;
     another kind replaces it — the old one closed first, so two copies of a model never share the memory — and when
     the new one cannot open, the old one opens again and the error says so."""

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.chat_template import ChatTemplate
-from ..engine.config import SWITCHED_OFF_BY_HAND, EngineConfig, without_speculation
+from ..engine.config import SWITCHED_OFF_BY_HAND, without_speculation
 from ..engine.conversation import Message, TokenWindow, as_dicts
+from ..engine.drafters import METHODS
 from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
 from ..engine.llama import Model, model_identity
 from ..engine.reference import PLAIN_RATE_TOKENS, PlainReference
@@ -27,15 +28,13 @@ from ..engine.stats import rate
 from ..errors import BackendError, ConfigError, SpecchatError, SwitchFailed
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
 from .completion import CompletionStream, Request
+from .config import RunConfig
 from .held_tokens import PieceIndex
 from .http import get_json, post_json
 from .openai_chat import chat_completion, spec_counters
 from .server_build import find_server
 from .server_process import ServerProcess
 
-# The llama.cpp spec type a profile's method means, when [backend] spec_type does not say.
-SPEC_TYPE_OF_METHOD = {"none": "none", "draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp",
-                       "ngram+draft": "ngram-mod,draft-simple"}
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
 SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
 BATCH = 512
@@ -46,14 +45,14 @@ def uses_draft_model(kind: str) -> bool:
     return any(name in DRAFT_MODEL_TYPES for name in kind.split(","))
 
 
-def spec_type(config: EngineConfig) -> str:
+def spec_type(config: RunConfig) -> str:
     """llama.cpp's spec type for a configuration; method "none" is plain decoding whatever [backend] spec_type says."""
     if config.spec.method == "none":
         return "none"
-    return config.backend.spec_type or SPEC_TYPE_OF_METHOD[config.spec.method]
+    return config.backend.spec_type or METHODS[config.spec.method].spec_type
 
 
-def server_args(config: EngineConfig) -> list[str]:
+def server_args(config: RunConfig) -> list[str]:
     """llama-server's command line for a profile (host and port are added when it starts)."""
     target, spec, kind = config.target, config.spec, spec_type(config)
     args = ["-m", str(target.path), "-c", str(config.n_ctx), "-t", str(target.threads), "-tb", str(target.threads),
@@ -72,11 +71,11 @@ def server_args(config: EngineConfig) -> list[str]:
     return args + list(config.backend.args)
 
 
-def _restart_needed(running: EngineConfig, new: EngineConfig) -> bool:
+def _restart_needed(running: RunConfig, new: RunConfig) -> bool:
     """What only a new server process can change: everything but sampling. (llama-server's per-request speculative
     parameters are compiled out of this build — ``#if 0`` in tools/server/server-schema.cpp — so a new draft length
     or method means a new process.)"""
-    def fixed(c: EngineConfig) -> tuple:  # the loop rule is specchat's, read from the stream
+    def fixed(c: RunConfig) -> tuple:  # the loop rule is specchat's, read from the stream
         return dataclasses.replace(c, sampling=running.sampling, system_prompt=None, loop=None)
     return fixed(running) != fixed(new)
 
@@ -85,7 +84,7 @@ class LlamaServerBackend:
     rejected_tails = False  # the server says how many draft tokens it rejected, never which
     no_reference = ""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: RunConfig) -> None:
         self.config = config
         self.process: ServerProcess | None = None
         self._vocab: Model | None = None
@@ -99,7 +98,7 @@ class LlamaServerBackend:
             raise
         self._running = config  # what the server process was started with
 
-    def _open(self, config: EngineConfig) -> None:
+    def _open(self, config: RunConfig) -> None:
         """Start (managed) or reach (remote) the server for ``config``; the tokenizer and the conversation are kept
         when the target and its template stay, so a restart keeps a trimmed chat's window."""
         backend = config.backend
@@ -124,7 +123,7 @@ class LlamaServerBackend:
             self._stop_process()  # a server started for a profile that failed after all: not left running
             raise
 
-    def _connect(self, config: EngineConfig, same_vocab: bool) -> None:
+    def _connect(self, config: RunConfig, same_vocab: bool) -> None:
         """The server's API, the chat template and the conversation, once the server is there."""
         backend = config.backend
         self.api = backend.api if backend.api != "auto" else self._detect_api()
@@ -162,7 +161,7 @@ class LlamaServerBackend:
             self._props = {}
         return "llama.cpp" if "chat_template" in self._props else "openai"
 
-    def _template(self, config: EngineConfig) -> ChatTemplate | None:
+    def _template(self, config: RunConfig) -> ChatTemplate | None:
         if self._vocab is not None:
             return ChatTemplate.of_model(self._vocab, config.chat_template)
         if self.api == "llama.cpp":
@@ -212,7 +211,7 @@ class LlamaServerBackend:
                                     else "spec type 'none' (plain decoding on the server)")
         return SpeculationState(f"{self.config.spec.method} ({kind})", True)
 
-    def apply(self, config: EngineConfig) -> str:
+    def apply(self, config: RunConfig) -> str:
         """Sampling goes with each request; anything else needs another server process (or another URL). The old
         process stops before the new one starts; a new one that fails to start gives way to the old one again."""
         if not _restart_needed(self._running, config):

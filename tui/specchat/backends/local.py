@@ -6,13 +6,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..engine import Engine, EngineConfig, Message, ReplyFinished
+from ..engine import Engine, Message, ReplyFinished
 from ..engine.config import without_speculation
 from ..engine.conversation import as_dicts
 from ..engine.events import Event, SpeculationState
-from ..engine.reference import PlainReference
 from ..engine.llama import model_identity
+from ..engine.reference import PlainReference
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
+from .config import RunConfig
 
 
 class LocalBackend:
@@ -21,12 +22,12 @@ class LocalBackend:
     pid = None
     no_reference = ""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: RunConfig) -> None:
         self.engine = Engine(config)
         self._target_id = model_identity(config.target.path)
 
     @property
-    def config(self) -> EngineConfig:
+    def config(self) -> RunConfig:
         return self.engine.config
 
     @property
@@ -47,7 +48,7 @@ class LocalBackend:
         reset_peak_rss()
         return self.engine.reply(text, max_tokens=max_tokens, should_stop=should_stop, top=top)
 
-    def apply(self, config: EngineConfig) -> str:
+    def apply(self, config: RunConfig) -> str:
         action = self.engine.apply(config)
         if action == "full reload":
             self._target_id = model_identity(config.target.path)

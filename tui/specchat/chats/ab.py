@@ -12,9 +12,9 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine.config import EngineConfig
-from ..figures import DASH, num
+from ..backends.config import RunConfig
 from ..engine.reference import PlainReference
+from ..figures import DASH, num
 
 if TYPE_CHECKING:
     from ..backends import Backend
@@ -27,7 +27,7 @@ FRESH_CACHE_TITLE = ("A/B: the same prompt, target, context and sampling, not th
 FINISHED_BY_ITSELF = ("stop", "length", "loop")  # the plain arm stops by the same rules
 
 
-def conditions_of(config: EngineConfig) -> dict[str, Any]:
+def conditions_of(config: RunConfig) -> dict[str, Any]:
     """What both arms of an A/B must share with the reply (kept with the reply, so a reopened chat is checked too)."""
     s, loop = config.sampling, config.loop
     return {"n_ctx": config.n_ctx, "kv_cache": config.kv_cache,
@@ -35,7 +35,7 @@ def conditions_of(config: EngineConfig) -> dict[str, Any]:
             "loop": [loop.repeats, loop.min_tokens, loop.window] if loop is not None else None}
 
 
-def refusal(record: ReplyRecord | None, config: EngineConfig, target_id: str) -> str | None:
+def refusal(record: ReplyRecord | None, config: RunConfig, target_id: str) -> str | None:
     """Why the last reply cannot be compared now, as one line; None when it can."""
     if record is None or record.stats is None:
         return "A/B needs a finished reply to compare — ask something first"

@@ -12,10 +12,11 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine import EngineConfig, ModelSpec
+from ..backends.config import RunConfig
+from ..engine import ModelSpec
 from ..engine.config import without_speculation
 from ..errors import Refused
-from ..profiles import Profile, engine_config
+from ..profiles import Profile, run_config
 
 LONGEST_DRAFT = 64  # the longest draft "auto" considers (n-grams); the verify batches' exactness cap may cut it
 
@@ -27,9 +28,9 @@ class Choice:
     speculation_off: bool = False  # switched off by hand: the same target decodes plainly
     n_max: int | str | None = None  # the draft length set live ("auto" or tokens); None: the profile's
 
-    def config(self, profile: Profile) -> EngineConfig:
+    def config(self, profile: Profile) -> RunConfig:
         """The configuration this choice means for ``profile`` (the one its name loads)."""
-        config = engine_config(profile)
+        config = run_config(profile)
         if self.draft is not None:
             config = dataclasses.replace(config, draft=ModelSpec(self.draft, threads=config.target.threads),
                                          spec=dataclasses.replace(config.spec, method="draft"))
@@ -49,7 +50,7 @@ class Choice:
     def toggled(self) -> Choice:
         return dataclasses.replace(self, speculation_off=not self.speculation_off)
 
-    def with_draft_length(self, config: EngineConfig, n_max: int | str) -> Choice:
+    def with_draft_length(self, config: RunConfig, n_max: int | str) -> Choice:
         """This choice drafting ``n_max`` tokens a step ("auto": the cost model's choice); ``config`` is what runs
         now. Refused where no draft is made here."""
         if self.speculation_off:

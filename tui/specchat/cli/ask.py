@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from ..colours import ANSI, ANSI_GHOST, ANSI_RESET, ansi
+from ..engine.config import DEFAULT_MAX_TOKENS
 from ..engine.conversation import Message
-from ..text import valid_text
+from ..engine.drafters import METHODS
 from ..errors import ConfigError
-from ..engine.config import DEFAULT_MAX_TOKENS, METHODS
 from ..figures import summary_line
+from ..text import valid_text
 from .options import add_profile_option
-
 
 MAX_PROBS = 20  # each candidate is one more pass over the vocabulary per token
 
@@ -25,7 +25,8 @@ MAX_PROBS = 20  # each candidate is one more pass over the vocabulary per token
 def add_generation_options(parser: argparse.ArgumentParser) -> None:
     add_profile_option(parser)
     # (mtp is a server profile's own method: its heads are not something another profile can switch to)
-    parser.add_argument("--method", choices=[m for m in METHODS if m != "mtp"], help="override the profile's method")
+    parser.add_argument("--method", choices=[name for name, m in METHODS.items() if not m.server_only],
+                        help="override the profile's method")
     parser.add_argument("--n-max", type=int, help="most draft tokens per step")
     parser.add_argument("--temperature", type=float, help="0 = greedy")
     parser.add_argument("--seed", type=int, help="sampling seed")
@@ -64,9 +65,9 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def open_backend_for(args: argparse.Namespace):  # -> Backend, imported lazily so --help stays instant
     from ..backends import open_backend
-    from ..profiles import engine_config, load_profile
+    from ..profiles import load_profile, run_config
 
-    return open_backend(engine_config(load_profile(args.profile), **overrides(args)))
+    return open_backend(run_config(load_profile(args.profile), **overrides(args)))
 
 
 def use_color(choice: str, stream: TextIO) -> bool:

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..backends.config import RunConfig
+from ..backends.llama_server import uses_draft_model
 from ..bench import report as reporting
 from ..bench.runners import (
     LLAMA_SERVER_TYPES,
@@ -17,11 +19,9 @@ from ..bench.runners import (
     llama_server_runner,
     specchat_runners,
 )
-from ..backends.llama_server import uses_draft_model
 from ..bench.tasks import Task, load_tasks
-from ..engine import EngineConfig
 from ..errors import ConfigError, SpecchatError
-from ..profiles import engine_config, load_profile
+from ..profiles import load_profile, run_config
 from .options import add_profile_option
 
 PEERS = ("llama-cpp-python", "lookup", "llama-server")
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     peers = _parse_peers(args.peers)
     profile = load_profile(args.profile)
     # Measured at the profile's thread count, as the peers are: a run that adapts to a busy machine compares unequal runs.
-    config = dataclasses.replace(engine_config(profile), adapt_threads=False)
+    config = dataclasses.replace(run_config(profile), adapt_threads=False)
     tasks, problems = load_tasks(args.tasks)
     errors = list(problems)
     for problem in problems:
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report["output_changed"] else 0
 
 
-def _open_peers(peers: list[tuple[str, str | None]], config: EngineConfig, warm: bool, errors: list[str]) -> list[Any]:
+def _open_peers(peers: list[tuple[str, str | None]], config: RunConfig, warm: bool, errors: list[str]) -> list[Any]:
     """Every peer asked for; one that cannot start is one line in the report, and the rest goes on."""
     opened: list[Any] = []
     for peer, value in peers:

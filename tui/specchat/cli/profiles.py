@@ -10,13 +10,9 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 
 from ..engine.compat import check_pair
-from ..engine.config import DRAFT_MODEL_METHODS
 from ..engine.gguf_header import read_metadata
 from ..errors import ConfigError, ModelError
 from ..figures import DASH
-from ..profiles import models
-from ..profiles.drafts import draft_candidates
-from ..profiles.fit import DEFAULT_MARGIN_GB, GB, FitReport, Footprint, gpu_share, kv_cache_bytes
 from ..profiles import (
     SCHEMA,
     Profile,
@@ -24,9 +20,12 @@ from ..profiles import (
     bundled_dir,
     load_profile,
     model_base,
+    models,
     parse_profile,
     user_dir,
 )
+from ..profiles.drafts import draft_candidates
+from ..profiles.fit import DEFAULT_MARGIN_GB, GB, FitReport, Footprint, gpu_share, kv_cache_bytes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -140,7 +139,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     failed = False
     pair: list[_Model] = []
     for role in ("target", "draft"):
-        if role == "draft" and method not in (*DRAFT_MODEL_METHODS, "mtp"):
+        if role == "draft" and not profile.uses_draft_model and method != "mtp":
             continue
         located = _located(profile.model(role), profile)
         if located is None:
@@ -152,7 +151,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"profile {profile.name}: method {method}, n_ctx {profile.n_ctx}")
 
     print("\n1. Draft compatibility (llama.cpp's rule, read by llama.cpp without loading weights)")
-    if method not in DRAFT_MODEL_METHODS:
+    if not profile.uses_draft_model:
         print(f"   not applicable: method {method} uses no separate draft model" if method != "mtp" else
               "   not applicable: MTP heads live inside the target (llama-server --spec-type draft-mtp runs them)")
     elif len(pair) == 2 and all(m.located.path for m in pair):

@@ -57,14 +57,15 @@ class Adaptive:
     steps: int = 0  # steps learned from
 
     @classmethod
-    def open(cls, costs: LearnedVerifyCost, method: str, k_max: dict[str, int], draft_cost: float | None,
+    def open(cls, costs: LearnedVerifyCost, copies: bool, k_max: dict[str, int], draft_cost: float | None,
              memory: AutoMemory, key: str, costs_key: str, depth: int) -> Adaptive:
-        """The policies for ``method`` ("draft", "ngram" or "ngram+draft"), taking up what an earlier process kept."""
+        """The policies for a method's drafts — n-gram hazards for one that ``copies``, the draft model's acceptance for
+        one with a ``draft_cost`` — taking up what an earlier process kept."""
         costs.restore(memory.recall(costs_key))
         kept = memory.recall(key)
         state = kept if isinstance(kept, dict) else {}
         priced = costs.at(depth)
-        hazards = MatchHazards(priced, k_max["ngram"]) if "ngram" in method else None
+        hazards = MatchHazards(priced, k_max["ngram"]) if copies else None
         if hazards is not None:
             hazards.restore(state.get("hazards"))
         learned_draft = acceptance = None

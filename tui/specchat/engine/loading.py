@@ -13,7 +13,7 @@ from ..errors import IncompatibleDraftError
 from .chat_template import ChatTemplate
 from .compat import check_pair
 from .config import EngineConfig, ModelSpec
-from .drafters import ModelDrafter
+from .drafters.model import ModelDrafter
 from .llama import Context, Model, check_gguf_file
 
 

@@ -1,8 +1,8 @@
 """What drafts and how far, for one engine: the profile's drafter, its draft-length policy and the costs it is priced by.
 
 ``Speculation.configure`` sets it up for an engine's configuration and loaded models, again whenever the method,
-sampling or a model changes. A new drafter is one module with a ``drafters.Drafter``, built in ``configure`` and
-returned by ``drafter`` (README: "Adding a drafter"); a new draft-length policy is one class with the
+sampling or a model changes. The drafter is the one the method's module builds (``drafters.METHODS``: a new drafter is
+one module of ``drafters/``, README: "Adding a drafter"); a new draft-length policy is one class with the
 ``draft_length.DraftLength`` protocol, chosen in ``configure``.
 """
 
@@ -18,11 +18,11 @@ from .. import paths
 from .adaptive import AUTO_K_MAX, Adaptive
 from .auto import VerifyCost
 from .auto_memory import AutoMemory
-from .combined import NgramThenModel
 from .config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSpec, SpecConfig
 from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
 from .draft_length import DraftLength, FixedLength
-from .drafters import Drafter, NgramDrafter
+from .drafters import METHODS, Drafter, Parts
+from .drafters.ngram import NgramDrafter
 from .events import SpeculationState
 from .learned_costs import LearnedVerifyCost
 from .llama import Context, Model
@@ -57,9 +57,7 @@ class Speculation:
             self.length = self._learned[key]
         else:
             self.length = FixedLength(0 if spec.method == "none" else int(spec.n_max))
-        self.combined: NgramThenModel | None = None
-        if spec.method == "ngram+draft" and draft is not None:
-            self.combined = NgramThenModel(self.ngram, draft.drafter, self.length.copy_length, self.length.model_length)
+        self._build_drafter()
         seed = sampling.seed
         self.rules = Rules(sampling, np.random.default_rng(seed), np.random.default_rng(seed + 1), target.model,
                            n_min=spec.n_min, p_min=spec.p_min)
@@ -68,6 +66,7 @@ class Speculation:
         """A change that needs no new set-up (threads, a draft model no longer named): costs are looked up for the
         configuration as it is now."""
         self.config, self._draft = config, draft
+        self._build_drafter()
 
     def forget_target(self) -> None:
         """The target changed: what was learned about the old one means nothing, nor are its token ids the new one's."""
@@ -75,16 +74,12 @@ class Speculation:
         self._learned_costs.clear()
         self.ngram.forget()
 
-    @property
-    def drafter(self) -> Drafter | None:
-        method = self.config.spec.method
-        if method == "draft" and self._draft is not None:
-            return self._draft.drafter
-        if method == "ngram":
-            return self.ngram
-        if method == "ngram+draft":
-            return self.combined
-        return None
+    def _build_drafter(self) -> None:
+        """The method's drafter for the models loaded now (None: plain decoding, or a method that needs a draft model
+        without one, as on a remote backend)."""
+        build = METHODS[self.config.spec.method].build
+        model = self._draft.drafter if self._draft is not None else None
+        self.drafter: Drafter | None = build(Parts(self.ngram, model, self.length)) if build is not None else None
 
     def state(self) -> SpeculationState:
         method = self.config.spec.method
@@ -139,14 +134,14 @@ class Speculation:
     def begin_step(self, limit: int) -> tuple[int, Callable[[int], int] | None]:
         """A step begins: the most draft tokens it may verify, and who chooses from a proposed draft (n-gram
         "auto")."""
-        if self.combined is not None:
-            self.combined.begin_step()
+        if self.drafter is not None:
+            self.drafter.begin_step()
         return self.length.plan(limit)
 
     def stepped(self, outcome: StepOutcome, depth: int, tokens: list[int]) -> None:
         """A step verified at ``depth``: "auto" learns from it, the drafter sees the conversation it left."""
-        self.length.observe(outcome, depth, self.combined.proposal if self.combined is not None else None)
         drafter = self.drafter
+        self.length.observe(outcome, depth, drafter.turned_down if drafter is not None else None)
         if drafter is not None:
             drafter.notice(tokens)
 
@@ -183,7 +178,7 @@ class Speculation:
                f"|n_min={spec.n_min}|p_min={spec.p_min}|ngram={spec.ngram_min}-{spec.ngram_max}"
                f"|temperature={sampling.temperature}|top_k={sampling.top_k}|top_p={sampling.top_p}"
                f"|min_p={sampling.min_p}")
-        return Adaptive.open(self._learned_costs[costs_key], spec.method, k_max, draft_cost,
+        return Adaptive.open(self._learned_costs[costs_key], spec.copies, k_max, draft_cost,
                              AutoMemory(paths.auto_memory_file()), key, costs_key, depth)
 
     @staticmethod

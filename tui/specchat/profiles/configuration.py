@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..engine.config import BackendSpec, EngineConfig, ModelSpec, SpecConfig, default_threads
+from ..backends.config import BackendSpec, RunConfig
+from ..engine.config import ModelSpec, SpecConfig, default_threads
 from ..engine.loops import LoopRule
 from ..engine.sampling import SamplingParams
 from ..errors import ConfigError, SpecchatError
@@ -36,8 +37,8 @@ def _template(choice: str | None, base: Path | None) -> str | None:
     return str(path if path.is_absolute() or base is None or path.exists() else base / path)
 
 
-def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
-    """The engine configuration a profile describes; ``overrides`` are ``section.key`` values from a command line."""
+def run_config(profile: Profile, **overrides: Any) -> RunConfig:
+    """The configuration a profile describes; ``overrides`` are ``section.key`` values from a command line."""
     values = {section: dict(keys) for section, keys in profile.values.items()}
     for dotted, value in overrides.items():
         section, key = dotted.split(".")
@@ -69,7 +70,7 @@ def engine_config(profile: Profile, **overrides: Any) -> EngineConfig:
             draft_spec = ModelSpec(
                 models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], draft["threads"] or default_threads()
             )
-        return EngineConfig(
+        return RunConfig(
             target=target_spec,
             draft=draft_spec,
             spec=spec,

@@ -11,7 +11,8 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..engine.config import DRAFT_MODEL_METHODS
+from ..backends.config import BackendSpec
+from ..engine.config import SpecConfig, check_method
 from ..errors import ConfigError
 from .schema import SCHEMA, Profile, fits
 
@@ -72,25 +73,20 @@ def parse_profile(source: str, path: Path | None = None, name: str | None = None
             values[section][key] = value
     if values["target"]["model"] is None and values["backend"]["kind"] != "remote":
         raise ConfigError(f"{label}: [target] model is missing — name the GGUF to chat with")
-    draft = values["draft"]
-    if draft["method"] in DRAFT_MODEL_METHODS and draft["model"] is None:
-        raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method '{draft['method']}' needs [draft] model —"
-                          " name a draft GGUF")
-    if draft["n_max"] != "auto" and draft["n_min"] > draft["n_max"]:
-        raise ConfigError(f"{_where(path, source, 'draft', 'n_min')}: n_min {draft['n_min']} exceeds n_max {draft['n_max']}")
-    if draft["ngram_min"] > draft["ngram_max"]:
-        raise ConfigError(f"{_where(path, source, 'draft', 'ngram_min')}: ngram_min exceeds ngram_max")
-    backend = values["backend"]
-    if backend["kind"] == "remote" and backend["url"] is None:
-        raise ConfigError(f"{_where(path, source, 'backend', 'kind')}: a remote backend needs [backend] url")
+    draft, backend = values["draft"], values["backend"]
+    try:  # the rules between keys, as the engine's configuration checks them
+        spec = SpecConfig(method=draft["method"], n_max=draft["n_max"], n_min=draft["n_min"], p_min=draft["p_min"],
+                          ngram_min=draft["ngram_min"], ngram_max=draft["ngram_max"])
+        BackendSpec(kind=backend["kind"], spec_type=backend["spec_type"], url=backend["url"], api=backend["api"])
+        check_method(spec, draft["model"] is not None, backend["kind"])
+    except ConfigError as exc:
+        section, key = exc.key or ("draft", None)
+        raise ConfigError(f"{_where(path, source, section, key)}: {exc}") from None
     if backend["kind"] == "local":
         for key in ("spec_type", "binary", "url", "api_key_env"):
             if backend[key] is not None:
                 raise ConfigError(f"{_where(path, source, 'backend', key)}: {key} applies to a llama-server or remote"
                                   " backend — set [backend] kind, or remove the key")
-        if draft["method"] == "mtp":
-            raise ConfigError(f"{_where(path, source, 'draft', 'method')}: method 'mtp' needs a llama.cpp server —"
-                              " set [backend] kind = \"llama-server\" (multi-token prediction runs there)")
     name = name or (path.stem if path else "profile")
     # Presets open with "# name — summary"; the summary alone describes the profile.
     description = re.sub(rf"^{re.escape(name)}\s*[—–-]+\s*", "", _description(source))

@@ -3,9 +3,8 @@ the load failing after Enter. Only looks (paths and the model folders); nothing 
 
 from __future__ import annotations
 
-from ..engine.config import DRAFT_MODEL_METHODS
-from .models import EMBEDDED, locate
 from .configuration import model_base
+from .models import EMBEDDED, locate
 from .schema import Profile
 
 
@@ -15,7 +14,7 @@ def absent_models(profile: Profile) -> str:
     if profile.backend_kind == "remote":
         return ""
     wanted = [("target", profile.model("target"))]
-    if profile.method in DRAFT_MODEL_METHODS:
+    if profile.uses_draft_model:
         wanted.append(("draft", profile.model("draft")))
     base = model_base(profile)
     try:

@@ -14,7 +14,9 @@ from typing import Any
 from tomlkit.toml_document import TOMLDocument
 
 from .. import paths
-from ..engine.config import APIS, BACKENDS, KV_CACHES, METHODS, SPEC_TYPES, known_spec_type
+from ..backends.config import APIS, BACKENDS, SPEC_TYPES, known_spec_type
+from ..engine.config import KV_CACHES
+from ..engine.drafters import METHODS
 from ..engine.loops import LoopRule
 
 
@@ -123,6 +125,11 @@ class Profile:
     @property
     def method(self) -> str:
         return self.values["draft"]["method"]
+
+    @property
+    def uses_draft_model(self) -> bool:
+        """Its method loads [draft] model."""
+        return METHODS[self.method].draft_model
 
     @property
     def backend_kind(self) -> str:

@@ -1,94 +1,15 @@
-"""Where draft tokens come from: a smaller model, or earlier text of the conversation itself."""
+"""Drafts copied from earlier text of the conversation, or of replies remembered from other chats (method "ngram";
+prompt lookup, llama.cpp's ngram types)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from .llama import SequenceCache, common_prefix
-from .sampling import Dist, distribution, greedy_token, top_probability
+from .base import NO_DRAFT, Draft, Drafter, Method
 
 if TYPE_CHECKING:
-    from .loop import Rules
-
-
-@dataclass(frozen=True, slots=True)
-class Draft:
-    tokens: list[int]
-    # Per-token draft distributions when the draft was sampled; None for one-hot drafts (greedy or n-gram).
-    q: list[Dist] | None = None
-    withheld: int = 0  # 1 when drafting stopped because the next token's confidence was below p_min
-    match: int = 0  # n-gram drafts: how many tokens before the copied text matched the end of the conversation
-    # For the inspector (``Rules.top``): a model draft's logits at each drafted position (ranked after the verify, for
-    # the positions it judged only); an n-gram draft's source, the matched tokens then the copied ones, and whether
-    # it was a reply remembered from another chat.
-    rows: np.ndarray | None = None
-    copied: list[int] | None = None
-    remembered: bool = False
-    from_text: bool = False  # copied from earlier text (the n-gram drafter), not guessed by a model
-
-
-NO_DRAFT = Draft([])
-
-
-class ModelDrafter:
-    """Drafts with a second GGUF that shares the target's vocabulary, keeping its own KV cache across steps."""
-
-    def __init__(self, ctx: SequenceCache, n_vocab: int) -> None:
-        self.ctx = ctx
-        self.n_vocab = n_vocab
-        self.blocked = ""  # why the draft cannot read the conversation, when it cannot
-        self._buffer: np.ndarray | None = None
-
-    def notice(self, seq: Sequence[int]) -> None:
-        """Whether the draft can read the conversation as it now is (``blocked`` says why not). Vocabularies may
-        differ by up to 128 ids: a conversation holding an id the draft does not have cannot be decoded by it, so
-        nothing is drafted until that id leaves the conversation."""
-        unknown = next((t for t in seq[common_prefix(self.ctx.cached, seq):] if t >= self.n_vocab), None)
-        self.blocked = "" if unknown is None else \
-            f"the draft model cannot read token {unknown} of the conversation (its vocabulary is smaller)"
-
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
-        self.notice(seq)
-        if self.blocked:
-            return NO_DRAFT
-        self.ctx.sync(seq)
-        sampling = rules.sampling
-        tokens: list[int] = []
-        qs: list[Dist] = []
-        rows = self._rows(n_max) if rules.top else None
-        for i in range(n_max):
-            row = self.ctx.logits()[-1]
-            if rows is not None:
-                rows[i] = row
-            # Confidence depends only on what precedes this position, never on the token drawn for it, so stopping
-            # here keeps sampled output exact.
-            if sampling.greedy:
-                if rules.p_min > 0 and top_probability(row) < rules.p_min:
-                    return Draft(tokens, None, withheld=1, rows=rows)
-                token = greedy_token(row)
-            else:
-                q = distribution(row, sampling)
-                if q.top_prob() < rules.p_min:
-                    return Draft(tokens, qs, withheld=1, rows=rows)
-                token = q.sample(rules.draft_rng)
-                qs.append(q)
-            tokens.append(token)
-            # Nothing after an end token is needed, and nothing after an id the target does not have can be judged.
-            if rules.vocab.is_eog(token) or token >= rules.vocab.n_vocab:
-                break
-            if i + 1 < n_max:
-                self.ctx.decode([token])
-        return Draft(tokens, None if sampling.greedy else qs, rows=rows)
-
-    def _rows(self, n: int) -> np.ndarray:
-        """A buffer for ``n`` rows of draft logits, reused from step to step (a copy costs less than ranking it)."""
-        if self._buffer is None or len(self._buffer) < n:
-            self._buffer = np.empty((n, self.ctx.model.n_vocab), dtype=np.float32)
-        return self._buffer[:n]
+    from ..loop import Rules
 
 
 class _Index:
@@ -113,7 +34,7 @@ class _Index:
         self.indexed = max(self.indexed, end)
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """Prompt lookup: the reply is drafted from what followed the same text earlier in the conversation, or in replies
     remembered from earlier conversations of this session (asking again, regenerating, an A/B rerun).
 
@@ -125,7 +46,6 @@ class NgramDrafter:
     is copying, and "auto" trusts such drafts more.
     """
 
-    blocked = ""  # it reads every token id: a copy needs no vocabulary
     MAX_MATCH = 256  # how far back a match is followed
     MEMORY_TOKENS = 65_536  # remembered tokens at most; the oldest half goes when it is full
     SEPARATOR = -1  # between remembered sequences: no token matches it
@@ -135,9 +55,6 @@ class NgramDrafter:
         self._memory: list[int] = []
         self._recall = _Index(self.sizes)
         self.reset()
-
-    def notice(self, seq: Sequence[int]) -> None:
-        """Nothing to check."""
 
     def reset(self) -> None:
         """Start over with a new conversation (what is remembered stays)."""
@@ -215,18 +132,6 @@ class NgramDrafter:
         return length
 
 
-class Drafter(Protocol):
-    """What the step loop asks of a source of draft tokens (``ModelDrafter``, ``NgramDrafter``, ``NgramThenModel``)."""
 
-    @property
-    def blocked(self) -> str:
-        """Why it cannot draft now, or "" when it can."""
-        ...
-
-    def notice(self, seq: Sequence[int]) -> None:
-        """The conversation changed to ``seq``: check whether it can still read it."""
-        ...
-
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
-        """At most ``n_max`` tokens to follow ``seq``."""
-        ...
+METHOD = Method("ngram", "copies from earlier text where the conversation repeats itself; no draft model",
+                "ngram-simple", build=lambda parts: parts.ngram, copies=True)

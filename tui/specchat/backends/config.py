@@ -1,0 +1,58 @@
+"""Where a chat runs: in this process, in a llama-server specchat starts, or on a server already running — the
+backends' part of a chat's configuration, beside the engine's (``engine.config``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..engine.config import EngineConfig
+from ..errors import ConfigError
+
+BACKENDS = ("local", "llama-server", "remote")
+# llama.cpp's --spec-type names (common/speculative.cpp)
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
+              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+APIS = ("auto", "llama.cpp", "openai")
+
+
+def known_spec_type(value: str) -> bool:
+    """One of llama.cpp's spec types, or a comma-separated list of them (the first that drafts wins, n-grams first)."""
+    return all(name in SPEC_TYPES for name in value.split(","))  # llama.cpp splits on commas alone: no spaces
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """Where the model runs: in this process (local), in a llama-server specchat starts (llama-server), or on a server
+    already running (remote: llama-server or any OpenAI-compatible one, such as vLLM)."""
+
+    kind: str = "local"
+    spec_type: str | None = None  # llama.cpp's --spec-type; None: from the profile's method
+    binary: str | None = None
+    url: str | None = None
+    api_key_env: str | None = None  # the name of the environment variable holding the API key, never the key
+    api: str = "auto"
+    args: tuple[str, ...] = ()
+    ready_timeout: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.kind!r} — use one of {', '.join(BACKENDS)}", ("backend", "kind"))
+        if self.spec_type is not None and not known_spec_type(self.spec_type):
+            raise ConfigError(f"unknown spec type {self.spec_type!r} — llama.cpp's are {', '.join(SPEC_TYPES)}, or a"
+                              " comma-separated list of them", ("backend", "spec_type"))
+        if self.kind == "remote" and not self.url:
+            raise ConfigError("a remote backend needs [backend] url, e.g. \"http://gpu-box:8080\"", ("backend", "kind"))
+        if self.api not in APIS:
+            raise ConfigError(f"unknown api {self.api!r} — use one of {', '.join(APIS)}", ("backend", "api"))
+
+
+@dataclass(frozen=True)
+class RunConfig(EngineConfig):
+    """A chat's whole configuration: the engine's, and the backend it runs on. What every front end and backend takes;
+    the in-process engine reads the engine's part only."""
+
+    backend: BackendSpec = BackendSpec()
+
+    @property
+    def runs_on(self) -> str:
+        return self.backend.kind
