@@ -14,10 +14,10 @@ import re
 import statistics
 import subprocess
 
-from specchat.profiles import embedded
-from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
+from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.events import ReplyFinished
+from specchat.profiles import embedded
 
 PROMPT = "Write a Python function that checks whether a number is prime."
 SYSTEM = "You are a helpful assistant."
@@ -58,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     target, draft = embedded.target_path(), embedded.draft_path()
     config = EngineConfig(
-        target=ModelSpec(target, threads=args.threads), draft=ModelSpec(draft, threads=args.threads),
+        target=ModelSettings(target, threads=args.threads), draft=ModelSettings(draft, threads=args.threads),
         spec=SpecConfig("draft", n_max=args.n_max, p_min=args.p_min), n_ctx=2048, system_prompt=SYSTEM,
     )
     probe = Engine(config)

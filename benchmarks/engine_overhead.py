@@ -16,12 +16,11 @@ import subprocess
 import time
 
 import numpy as np
-
-from specchat.profiles import embedded
-from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
+from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.events import ReplyFinished
 from specchat.engine.llama import Context, Model
+from specchat.profiles import embedded
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 
@@ -70,7 +69,7 @@ def main() -> None:
     args = parser.parse_args()
     path = embedded.target_path()
     # An engine that never stops early: ignore end-of-generation by asking for a long story and many tokens.
-    config = EngineConfig(target=ModelSpec(path, threads=args.threads), spec=SpecConfig("none"))
+    config = EngineConfig(target=ModelSettings(path, threads=args.threads), spec=SpecConfig("none"))
     model = Model(path)
     prompt = model.tokenize(PROMPT, add_special=True)
     bare, eng, overhead, native = [], [], [], []

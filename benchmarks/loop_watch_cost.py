@@ -15,7 +15,7 @@ import random
 import statistics
 import time
 
-from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
+from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.loops import LoopRule, LoopWatch
 from specchat.profiles.embedded import target_path
@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     rng = random.Random(0)
-    engine = Engine(EngineConfig(ModelSpec(target_path(), threads=2), spec=SpecConfig("none")))
+    engine = Engine(EngineConfig(ModelSettings(target_path(), threads=2), spec=SpecConfig("none")))
     ratios = []
     try:
         for round_ in range(args.rounds):  # alternated: a step, the watch, a step

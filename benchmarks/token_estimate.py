@@ -16,10 +16,10 @@ from pathlib import Path
 
 import tiktoken
 from specchat.backends import open_backend
-from specchat.backends.config import BackendSpec, RunConfig
+from specchat.backends.config import BackendSettings, RunConfig
 from specchat.backends.openai_chat import ENCODING
 from specchat.backends.server_build import find_server
-from specchat.engine import ModelSpec, SpecConfig
+from specchat.engine import ModelSettings, SpecConfig
 from specchat.engine.events import ReplyFinished
 from specchat.profiles import embedded
 
@@ -39,15 +39,16 @@ def main() -> None:
     parser.add_argument("--server", type=Path, default=None, help="llama-server (default: the one specchat runs)")
     args = parser.parse_args()
     binary = args.server or find_server()
-    config = RunConfig(ModelSpec(embedded.target_path(), threads=2), ModelSpec(embedded.draft_path(), threads=2),
+    config = RunConfig(ModelSettings(embedded.target_path(), threads=2),
+                       ModelSettings(embedded.draft_path(), threads=2),
                           SpecConfig("draft", n_max=4), n_ctx=2048, system_prompt="You are a helpful assistant.",
-                          backend=BackendSpec(kind="llama-server", binary=str(binary)))
+                          backend=BackendSettings(kind="llama-server", binary=str(binary)))
     managed = open_backend(config)
     encoding = tiktoken.get_encoding(ENCODING)
     try:
-        remote = open_backend(RunConfig(ModelSpec(Path("remote")), None, SpecConfig("none"), n_ctx=2048,
-                                           system_prompt=config.system_prompt,
-                                           backend=BackendSpec(kind="remote", url=managed.url, api="openai")))
+        remote = open_backend(RunConfig(ModelSettings(Path("remote")), None, SpecConfig("none"), n_ctx=2048,
+                                        system_prompt=config.system_prompt,
+                                        backend=BackendSettings(kind="remote", url=managed.url, api="openai")))
         ratios = []
         print(f"{'text':<14} {'live ≈':>7} {'whole':>6} {'server':>7} {'live/server':>12}")
         for label, prompt in PROMPTS.items():

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from conftest import THREADS
 from specchat.backends import open_backend
-from specchat.backends.config import BackendSpec, RunConfig
+from specchat.backends.config import BackendSettings, RunConfig
 from specchat.backends.llama_server import server_args
 from specchat.backends.server_process import ServerProcess
-from specchat.engine import Message, ModelSpec, SpecConfig
+from specchat.engine import Message, ModelSettings, SpecConfig
 from specchat.engine.events import Event, TokenEmitted
 from specchat.engine.loops import LoopRule
 
@@ -50,8 +50,8 @@ class Servers:
 
 
 def speculative_config(target: Path, draft: Path, n_ctx: int) -> RunConfig:
-    return RunConfig(ModelSpec(target, threads=THREADS), ModelSpec(draft, threads=THREADS),
-                        SpecConfig("draft", n_max=N_MAX), n_ctx=n_ctx, system_prompt=SYSTEM)
+    return RunConfig(ModelSettings(target, threads=THREADS), ModelSettings(draft, threads=THREADS),
+                     SpecConfig("draft", n_max=N_MAX), n_ctx=n_ctx, system_prompt=SYSTEM)
 
 
 def profile_text(kind: str, *, binary: Path, servers: Servers, n_ctx: int = 2048) -> str:
@@ -122,7 +122,7 @@ class PlainDecoding:
         if key not in self._cache:
             if (n_ctx, loop) not in self._backends:
                 config = dataclasses.replace(speculative_config(self.target, self.draft, n_ctx), spec=SpecConfig("none"),
-                                             draft=None, backend=BackendSpec(), loop=LoopRule() if loop else None)
+                                             draft=None, backend=BackendSettings(), loop=LoopRule() if loop else None)
                 self._backends[n_ctx, loop] = open_backend(config)
             backend = self._backends[n_ctx, loop]
             events = list(backend.answer(history, text, max_tokens=max_tokens))

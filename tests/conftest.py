@@ -9,11 +9,9 @@ from pathlib import Path
 
 import llama_cpp
 import pytest
-
 from specchat import paths
 from specchat.app.settings import Settings
-from specchat.profiles import embedded
-from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
+from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.events import (
     ContextTrimmed,
@@ -25,6 +23,7 @@ from specchat.engine.events import (
     TokenEmitted,
 )
 from specchat.engine.sampling import SamplingParams
+from specchat.profiles import embedded
 
 THREADS = 2
 REAL_CACHE = paths.cache_dir()  # taken at import, before any test points HOME elsewhere
@@ -130,8 +129,8 @@ def make_engine(target_path: Path, draft_path: Path) -> Iterator[EngineFactory]:
     def factory(method: str = "none", *, n_ctx: int = 2048, sampling: SamplingParams | None = None,
                 system_prompt: str | None = "You are a helpful assistant.", **spec) -> Engine:
         config = EngineConfig(
-            target=ModelSpec(target_path, threads=THREADS),
-            draft=ModelSpec(draft_path, threads=THREADS) if method in ("draft", "ngram+draft") else None,
+            target=ModelSettings(target_path, threads=THREADS),
+            draft=ModelSettings(draft_path, threads=THREADS) if method in ("draft", "ngram+draft") else None,
             spec=SpecConfig(method, **spec),
             sampling=sampling or SamplingParams(),
             n_ctx=n_ctx,

@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from gguf_fixtures import smollm_tokens, write_variant, write_vocab_gguf
-from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
+from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
 from specchat.errors import ConfigError, IncompatibleDraftError, ModelError
 
@@ -41,7 +40,7 @@ def profile_file(tmp_path: Path, target: str, draft: str | None = None, *, n_ctx
 
 
 def engine_for(target: Path, draft: Path | None = None) -> Engine:
-    return Engine(EngineConfig(ModelSpec(target), ModelSpec(draft) if draft else None,
+    return Engine(EngineConfig(ModelSettings(target), ModelSettings(draft) if draft else None,
                                SpecConfig("draft" if draft else "none")))
 
 

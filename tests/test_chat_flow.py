@@ -13,10 +13,10 @@ import pytest
 from conftest import THREADS, Run, notices
 from gguf_fixtures import write_variant
 from specchat.backends import open_backend
-from specchat.backends.config import BackendSpec, RunConfig
+from specchat.backends.config import BackendSettings, RunConfig
 from specchat.chats.session import ChatSession
 from specchat.chats.store import Store, StoredMessage
-from specchat.engine import EngineConfig, Message, ModelSpec, SpecConfig
+from specchat.engine import EngineConfig, Message, ModelSettings, SpecConfig
 from specchat.engine.events import SpeculationChanged, TokenEmitted
 from specchat.engine.sampling import SamplingParams
 from specchat.errors import SpecchatError
@@ -48,9 +48,10 @@ def test_a_prefill_stops_mid_batch_when_cancelled(make_engine):
 
 def test_a_server_stream_stops_while_the_server_is_still_reading_the_prompt(target_path, draft_path, llama_server):
     """The stream waited (600 s at most) for the server's first chunk, after its whole prefill, before Esc counted."""
-    backend = open_backend(RunConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft_path, threads=THREADS),
+    backend = open_backend(RunConfig(ModelSettings(target_path, threads=THREADS),
+                                     ModelSettings(draft_path, threads=THREADS),
                                         SpecConfig("draft", n_max=4), n_ctx=4096,
-                                        backend=BackendSpec(kind="llama-server", binary=str(llama_server))))
+                                        backend=BackendSettings(kind="llama-server", binary=str(llama_server))))
     try:
         asked = time.monotonic()
         events = list(backend.answer([], long_prompt(600), max_tokens=20, should_stop=lambda: True))
@@ -70,7 +71,7 @@ def test_drafting_blocked_mid_reply_switches_the_badge_then(target_path, tmp_pat
     draft = write_variant(target_path, tmp_path / "smaller.gguf", drop_tokens=128)
     from specchat.engine.core import Engine
 
-    engine = Engine(EngineConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft, threads=THREADS),
+    engine = Engine(EngineConfig(ModelSettings(target_path, threads=THREADS), ModelSettings(draft, threads=THREADS),
                                  SpecConfig("draft", n_max=4), n_ctx=1024, system_prompt="You are a helpful assistant."))
     try:
         run = Run(list(engine.reply("Name a famous fountain in Rome.", max_tokens=40)))
@@ -186,10 +187,10 @@ def test_ab_in_a_trimmed_chat_keeps_the_window(target_path, draft_path):
     from specchat.backends.local import LocalBackend
 
     def last_turn(with_ab: bool):
-        backend = LocalBackend(RunConfig(ModelSpec(target_path, threads=THREADS),
-                                            ModelSpec(draft_path, threads=THREADS), SpecConfig("draft", n_max=4),
-                                            SamplingParams(temperature=0.8, seed=5), n_ctx=256,
-                                            system_prompt="Be brief."))
+        backend = LocalBackend(RunConfig(ModelSettings(target_path, threads=THREADS),
+                                         ModelSettings(draft_path, threads=THREADS), SpecConfig("draft", n_max=4),
+                                         SamplingParams(temperature=0.8, seed=5), n_ctx=256,
+                                         system_prompt="Be brief."))
         try:
             history, trimmed = [Message("system", "Be brief.")], False
             for text in ("Tell me about the sea.", "And about mountains?", "What about rivers?", "And deserts?"):
@@ -220,9 +221,10 @@ def test_a_server_restart_never_runs_two_servers_and_ab_shows_the_servers_memory
                                                                                  llama_server):
     from backend_kinds import llama_servers_running
 
-    config = RunConfig(ModelSpec(target_path, threads=THREADS), ModelSpec(draft_path, threads=THREADS),
-                          SpecConfig("draft", n_max=4), n_ctx=1024,
-                          backend=BackendSpec(kind="llama-server", spec_type="draft-simple", binary=str(llama_server)))
+    config = RunConfig(ModelSettings(target_path, threads=THREADS), ModelSettings(draft_path, threads=THREADS),
+                       SpecConfig("draft", n_max=4), n_ctx=1024,
+                    backend=BackendSettings(kind="llama-server", spec_type="draft-simple",
+                                            binary=str(llama_server)))
     before = llama_servers_running()
     backend = open_backend(config)
     most = [0]

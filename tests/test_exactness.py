@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import Run, run
 
 PROMPTS = [
@@ -31,10 +30,10 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def baseline(target_path, draft_path) -> dict[str, Run]:
-    from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
+    from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
     from specchat.engine.core import Engine
 
-    engine = Engine(EngineConfig(ModelSpec(target_path, threads=2), spec=SpecConfig("none"), n_ctx=2048,
+    engine = Engine(EngineConfig(ModelSettings(target_path, threads=2), spec=SpecConfig("none"), n_ctx=2048,
                                  system_prompt="You are a helpful assistant."))
     try:
         runs = {}

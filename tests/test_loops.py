@@ -127,10 +127,10 @@ def test_profiles_turn_the_rule_on_by_default_and_off_by_hand(tmp_path):
 @pytest.fixture(scope="module")
 def plain_replies(target_path) -> dict[str, list[int]]:
     """Plain decoding without the rule, to the limit: what every reply, cut, must be a prefix of."""
-    from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
+    from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
     from specchat.engine.core import Engine
 
-    engine = Engine(EngineConfig(ModelSpec(target_path, threads=2), spec=SpecConfig("none"), n_ctx=2048,
+    engine = Engine(EngineConfig(ModelSettings(target_path, threads=2), spec=SpecConfig("none"), n_ctx=2048,
                                  system_prompt="You are a helpful assistant."))
     try:
         replies = {}

@@ -12,7 +12,7 @@ import pytest
 from conftest import run
 from gguf_fixtures import write_scrambled_copy, write_vocab_gguf
 from specchat import profiles
-from specchat.engine import EngineConfig, ModelSpec, SpecConfig
+from specchat.engine import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.gguf_header import read_metadata
 from specchat.errors import ConfigError, IncompatibleDraftError, ModelError
 from specchat.profiles.fit import GB, FitReport, Footprint, kv_cache_bytes
@@ -257,7 +257,7 @@ def test_new_draft_reloads_only_the_draft(make_engine, draft_path, tmp_path):
     target, ctx, old_draft = engine.target, engine.ctx, engine.draft_model
     copy = tmp_path / "draft-copy.gguf"
     shutil.copy(draft_path, copy)
-    config = dataclasses.replace(engine.config, draft=ModelSpec(copy, threads=2))
+    config = dataclasses.replace(engine.config, draft=ModelSettings(copy, threads=2))
     assert engine.apply(config) == "draft reloaded"
     assert engine.target is target and engine.ctx is ctx and engine.draft_model is not old_draft
     assert engine.draft_model.path == copy
@@ -281,9 +281,9 @@ def test_failed_switch_keeps_the_previous_profile(make_engine, target_path, tmp_
     before = engine.config
     stranger = write_vocab_gguf(target_path, tmp_path / "stranger.gguf", [f"t{i}" for i in range(300)])
     with pytest.raises(IncompatibleDraftError):
-        engine.apply(dataclasses.replace(before, draft=ModelSpec(stranger)))
+        engine.apply(dataclasses.replace(before, draft=ModelSettings(stranger)))
     with pytest.raises(ModelError):
-        engine.apply(dataclasses.replace(before, target=ModelSpec(tmp_path / "missing.gguf")))
+        engine.apply(dataclasses.replace(before, target=ModelSettings(tmp_path / "missing.gguf")))
     assert engine.config is before
     assert run(engine, "Still there?", max_tokens=8).finished.stats.drafted > 0
 
@@ -303,7 +303,7 @@ def test_auto_never_drafts_with_a_draft_as_costly_as_the_target(target_path, scr
     is always right could not win, so "auto" decodes plainly from the first step and says why."""
     from specchat.engine import Engine
 
-    engine = Engine(EngineConfig(ModelSpec(target_path, threads=2), ModelSpec(scrambled_draft, threads=2),
+    engine = Engine(EngineConfig(ModelSettings(target_path, threads=2), ModelSettings(scrambled_draft, threads=2),
                                  SpecConfig("draft", n_max="auto"), n_ctx=2048))
     try:
         r = run(engine, "Write a long story about dragons.", max_tokens=60)

@@ -19,11 +19,11 @@ import pytest
 from backend_kinds import llama_servers_running
 from conftest import THREADS
 from specchat.backends import open_backend
-from specchat.backends.config import BackendSpec, RunConfig
+from specchat.backends.config import BackendSettings, RunConfig
 from specchat.backends.provenance import StepTracker
 from specchat.backends.server_build import ENV, extract
 from specchat.backends.server_process import ServerProcess
-from specchat.engine import Message, ModelSpec, SpecConfig, TokenEmitted, TokenKind
+from specchat.engine import Message, ModelSettings, SpecConfig, TokenEmitted, TokenKind
 from specchat.engine.events import ReplyFinished, StepVerified
 from specchat.errors import BackendError, ConfigError, SpecchatError
 
@@ -31,10 +31,10 @@ PROMPT = "List five countries in Europe and their capitals."
 
 
 def server_config(target: Path, draft: Path, binary: Path, **backend) -> RunConfig:
-    return RunConfig(ModelSpec(target, threads=THREADS), ModelSpec(draft, threads=THREADS),
-                        SpecConfig("draft", n_max=4), n_ctx=2048, system_prompt="You are a helpful assistant.",
-                        backend=BackendSpec(**{"kind": "llama-server", "spec_type": "draft-simple",
-                                               "binary": str(binary), **backend}))
+    return RunConfig(ModelSettings(target, threads=THREADS), ModelSettings(draft, threads=THREADS),
+                     SpecConfig("draft", n_max=4), n_ctx=2048, system_prompt="You are a helpful assistant.",
+                     backend=BackendSettings(**{"kind": "llama-server", "spec_type": "draft-simple",
+                                                "binary": str(binary), **backend}))
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_the_combined_method_runs_llama_servers_list_of_spec_types(target_path, 
     finally:
         backend.close()
     with pytest.raises(ConfigError, match="unknown spec type"):
-        BackendSpec(kind="llama-server", spec_type="ngram-mod,draft-fancy")
+        BackendSettings(kind="llama-server", spec_type="ngram-mod,draft-fancy")
 
 
 def test_sampling_changes_per_request_and_speculation_changes_restart_the_server(server_backend):
@@ -185,8 +185,9 @@ def test_a_server_that_stopped_answering_is_replaced_before_the_next_message(ser
 
 
 def test_an_openai_compatible_server_streams_uncoloured_tokens_with_counts_from_its_metrics(server_backend):
-    remote = open_backend(dataclasses.replace(server_backend.config, target=ModelSpec(Path("remote")),
-                                              backend=BackendSpec(kind="remote", url=server_backend.url, api="openai")))
+    remote = open_backend(dataclasses.replace(server_backend.config, target=ModelSettings(Path("remote")),
+                                              backend=BackendSettings(kind="remote", url=server_backend.url,
+                                                                      api="openai")))
     try:
         assert any("not coloured" in note for note in remote.notes)
         events = list(remote.answer([], PROMPT, max_tokens=48))
@@ -277,8 +278,8 @@ def foreign_server():
 
 
 def remote(url: str, **backend) -> RunConfig:
-    return RunConfig(ModelSpec(Path("remote")), spec=SpecConfig("draft", n_max=4),
-                        backend=BackendSpec(kind="remote", url=url, **backend))
+    return RunConfig(ModelSettings(Path("remote")), spec=SpecConfig("draft", n_max=4),
+                     backend=BackendSettings(kind="remote", url=url, **backend))
 
 
 def one_line(exc: SpecchatError) -> str:

@@ -11,7 +11,7 @@ import pytest
 from conftest import THREADS, Run, run
 from gguf_fixtures import write_variant, write_vocab_gguf
 from scipy.stats import chi2_contingency, chisquare
-from specchat.engine.config import EngineConfig, ModelSpec, SpecConfig
+from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.drafters.model import ModelDrafter
 from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted, TokenKind
@@ -298,7 +298,7 @@ def vocab_variants(target_path, tmp_path_factory) -> dict[str, Path]:
 
 
 def _engine(target: Path, draft: Path, sampling: SamplingParams | None = None) -> Engine:
-    return Engine(EngineConfig(ModelSpec(target, threads=THREADS), ModelSpec(draft, threads=THREADS),
+    return Engine(EngineConfig(ModelSettings(target, threads=THREADS), ModelSettings(draft, threads=THREADS),
                                SpecConfig("draft", n_max=4), sampling or SamplingParams(), n_ctx=1024))
 
 
@@ -336,14 +336,14 @@ def test_a_gguf_without_a_chat_template_says_so_and_a_profile_can_name_one(tmp_p
 
     bare = write_variant(target_path, tmp_path / "bare.gguf", drop_keys=("tokenizer.chat_template",))
     messages = [{"role": "user", "content": "Hi"}]
-    engine = Engine(EngineConfig(ModelSpec(bare, threads=THREADS), n_ctx=512))
+    engine = Engine(EngineConfig(ModelSettings(bare, threads=THREADS), n_ctx=512))
     try:
         assert len(engine.notes) == 1 and "bare.gguf carries no chat template; using chatml" in engine.notes[0]
         fallback = engine.template.render(messages, add_generation_prompt=True)
     finally:
         engine.close()
     assert fallback == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"  # llama.cpp's own ChatML
-    named = Engine(EngineConfig(ModelSpec(bare, threads=THREADS), n_ctx=512, chat_template="llama3"))
+    named = Engine(EngineConfig(ModelSettings(bare, threads=THREADS), n_ctx=512, chat_template="llama3"))
     try:
         assert named.notes == []
         assert named.template.render(messages, add_generation_prompt=True).startswith("<|start_header_id|>user")
@@ -356,7 +356,7 @@ def test_a_gguf_without_a_chat_template_says_so_and_a_profile_can_name_one(tmp_p
     result = cli("ask", "--json", "--profile", str(profile), "--max-tokens", "8", "Hi")
     assert result.returncode == 0 and "note" not in result.stderr, result.stderr
     with pytest.raises(ConfigError, match="unknown chat template 'nope' — give a Jinja file or one of .*chatml"):
-        Engine(EngineConfig(ModelSpec(bare, threads=THREADS), n_ctx=512, chat_template="nope"))
+        Engine(EngineConfig(ModelSettings(bare, threads=THREADS), n_ctx=512, chat_template="nope"))
     noted = cli("ask", "--profile", str(profile_without_template(tmp_path, bare)), "--max-tokens", "4", "Hi")
     assert noted.returncode == 0
     assert [line for line in noted.stderr.splitlines() if line.strip()] == [

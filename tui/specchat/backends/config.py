@@ -21,7 +21,7 @@ def known_spec_type(value: str) -> bool:
 
 
 @dataclass(frozen=True)
-class BackendSpec:
+class BackendSettings:
     """Where the model runs: in this process (local), in a llama-server specchat starts (llama-server), or on a server
     already running (remote: llama-server or any OpenAI-compatible one, such as vLLM)."""
 
@@ -36,7 +36,8 @@ class BackendSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in BACKENDS:
-            raise ConfigError(f"unknown backend {self.kind!r} — use one of {', '.join(BACKENDS)}", ("backend", "kind"))
+            raise ConfigError(f"unknown backend {self.kind!r} — use one of {', '.join(BACKENDS)}",
+                              ("backend", "kind"))
         if self.spec_type is not None and not known_spec_type(self.spec_type):
             raise ConfigError(f"unknown spec type {self.spec_type!r} — llama.cpp's are {', '.join(SPEC_TYPES)}, or a"
                               " comma-separated list of them", ("backend", "spec_type"))
@@ -51,7 +52,7 @@ class RunConfig(EngineConfig):
     """A chat's whole configuration: the engine's, and the backend it runs on. What every front end and backend takes;
     the in-process engine reads the engine's part only."""
 
-    backend: BackendSpec = BackendSpec()
+    backend: BackendSettings = BackendSettings()
 
     @property
     def runs_on(self) -> str:

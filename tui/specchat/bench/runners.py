@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..backends import Backend, open_backend
-from ..backends.config import BackendSpec, RunConfig
+from ..backends.config import BackendSettings, RunConfig
 from ..engine import Message, ReplyFinished, TokenEmitted
 from ..engine.config import without_speculation
 from ..engine.conversation import as_dicts
@@ -128,7 +128,7 @@ def llama_server_runner(spec_type: str, config: RunConfig, binary: str | None, *
     method = next((m.name for m in METHODS.values() if m.spec_type == spec_type), "ngram")
     n_max = config.spec.n_max if isinstance(config.spec.n_max, int) else 4
     peer = dataclasses.replace(config, spec=dataclasses.replace(config.spec, method=method, n_max=n_max),
-                               backend=BackendSpec(kind="llama-server", spec_type=spec_type, binary=binary))
+                               backend=BackendSettings(kind="llama-server", spec_type=spec_type, binary=binary))
     label = f"llama-server {spec_type}"
     try:
         return BackendRunner(label, open_backend(peer), peer, warm=warm)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.config import RunConfig
-from ..engine import ModelSpec
+from ..engine import ModelSettings
 from ..engine.config import without_speculation
 from ..errors import Refused
 from ..profiles import Profile, run_config
@@ -32,7 +32,7 @@ class Choice:
         """The configuration this choice means for ``profile`` (the one its name loads)."""
         config = run_config(profile)
         if self.draft is not None:
-            config = dataclasses.replace(config, draft=ModelSpec(self.draft, threads=config.target.threads),
+            config = dataclasses.replace(config, draft=ModelSettings(self.draft, threads=config.target.threads),
                                          spec=dataclasses.replace(config.spec, method="draft"))
         if self.n_max is not None:
             n_min = config.spec.n_min if self.n_max == "auto" else min(config.spec.n_min, int(self.n_max))

@@ -1,6 +1,6 @@
 """The speculative engine, free of any UI: configure it, feed it messages, consume its events."""
 
-from .config import EngineConfig, ModelSpec, SpecConfig
+from .config import EngineConfig, ModelSettings, SpecConfig
 from .conversation import Message
 from .core import Engine
 from .events import (
@@ -19,7 +19,7 @@ from .events import (
 from .sampling import SamplingParams
 
 __all__ = [
-    "ContextTrimmed", "DraftRejected", "Engine", "EngineConfig", "Event", "Message", "ModelSpec", "ReplyFinished",
+    "ContextTrimmed", "DraftRejected", "Engine", "EngineConfig", "Event", "Message", "ModelSettings", "ReplyFinished",
     "ReplyStarted", "SamplingParams", "SpecConfig", "SpeculationChanged", "SpeculationState", "StepVerified",
     "ThreadsAdjusted", "TokenEmitted", "TokenKind",
 ]

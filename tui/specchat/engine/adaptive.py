@@ -59,8 +59,8 @@ class Adaptive:
     @classmethod
     def open(cls, costs: LearnedVerifyCost, copies: bool, k_max: dict[str, int], draft_cost: float | None,
              memory: AutoMemory, key: str, costs_key: str, depth: int) -> Adaptive:
-        """The policies for a method's drafts — n-gram hazards for one that ``copies``, the draft model's acceptance for
-        one with a ``draft_cost`` — taking up what an earlier process kept."""
+        """The policies for a method's drafts — n-gram hazards for one that ``copies``, the draft model's acceptance
+        for one with a ``draft_cost`` — taking up what an earlier process kept."""
         costs.restore(memory.recall(costs_key))
         kept = memory.recall(key)
         state = kept if isinstance(kept, dict) else {}

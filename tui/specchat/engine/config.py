@@ -26,7 +26,7 @@ def default_threads() -> int:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSettings:
     path: Path
     n_gpu_layers: int = 0
     threads: int = field(default_factory=default_threads)
@@ -57,8 +57,8 @@ class SpecConfig:
         method = METHODS[self.method]
         if self.adaptive and method.build is not None and not (method.copies or method.draft_model):
             # "auto" prices a copy by its match, a model's draft by its acceptance and the draft model's cost
-            raise ConfigError(f"method '{self.method}' has no \"auto\" draft length — set n_max to a number of tokens",
-                              ("draft", "n_max"))
+            raise ConfigError(f"method '{self.method}' has no \"auto\" draft length — set n_max to a number of"
+                              " tokens", ("draft", "n_max"))
         if self.n_min < 0:
             raise ConfigError(f"n_min must be ≥ 0, got {self.n_min}", ("draft", "n_min"))
         if isinstance(self.n_max, int) and self.n_min > self.n_max:
@@ -88,8 +88,8 @@ class SpecConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    target: ModelSpec
-    draft: ModelSpec | None = None
+    target: ModelSettings
+    draft: ModelSettings | None = None
     spec: SpecConfig = SpecConfig()
     sampling: SamplingParams = SamplingParams()
     n_ctx: int = 4096

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import IncompatibleDraftError
 from .chat_template import ChatTemplate
 from .compat import check_pair
-from .config import EngineConfig, ModelSpec
+from .config import EngineConfig, ModelSettings
 from .drafters.model import ModelDrafter
 from .llama import Context, Model, check_gguf_file
 
@@ -21,7 +21,7 @@ def target_identity(config: EngineConfig) -> tuple[object, ...]:
     return (config.target.path, config.target.n_gpu_layers, config.n_ctx, config.kv_cache, config.chat_template)
 
 
-def draft_identity(model: ModelSpec) -> tuple[object, ...]:
+def draft_identity(model: ModelSettings) -> tuple[object, ...]:
     return (model.path, model.n_gpu_layers)
 
 

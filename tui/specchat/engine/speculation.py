@@ -18,7 +18,7 @@ from .. import paths
 from .adaptive import AUTO_K_MAX, Adaptive
 from .auto import VerifyCost
 from .auto_memory import AutoMemory
-from .config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSpec, SpecConfig
+from .config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSettings, SpecConfig
 from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
 from .draft_length import DraftLength, FixedLength
 from .drafters import METHODS, Drafter, Parts
@@ -182,13 +182,13 @@ class Speculation:
                              AutoMemory(paths.auto_memory_file()), key, costs_key, depth)
 
     @staticmethod
-    def _costs(model: Model, ctx: Context, settings: ModelSpec, sizes: tuple[int, ...]) -> VerifyCost:
+    def _costs(model: Model, ctx: Context, settings: ModelSettings, sizes: tuple[int, ...]) -> VerifyCost:
         token = max(model.bos, 0)
         return CostCache(paths.verify_costs_file()).get(f"{cost_key(model, ctx, settings)}|sizes={sizes}",
                                                         lambda: measure_verify_cost(ctx, token, sizes))
 
 
-def cost_key(model: Model, ctx: Context, settings: ModelSpec) -> str:
+def cost_key(model: Model, ctx: Context, settings: ModelSettings) -> str:
     """What a measured cost holds for: the model, its threads, GPU layers and KV cache, and llama.cpp's version."""
     return (f"{model.identity}|threads={settings.threads}|gpu_layers={settings.n_gpu_layers}|kv={ctx.kv_cache}"
             f"|llama.cpp {lc.__version__}")

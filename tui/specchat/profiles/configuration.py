@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..backends.config import BackendSpec, RunConfig
-from ..engine.config import ModelSpec, SpecConfig, default_threads
+from ..backends.config import BackendSettings, RunConfig
+from ..engine.config import ModelSettings, SpecConfig, default_threads
 from ..engine.loops import LoopRule
 from ..engine.sampling import SamplingParams
 from ..errors import ConfigError, SpecchatError
@@ -20,13 +20,13 @@ def model_base(profile: Profile) -> Path | None:
     return profile.path.parent if profile.path is not None else None
 
 
-def _backend(values: dict[str, Any], base: Path | None) -> BackendSpec:
+def _backend(values: dict[str, Any], base: Path | None) -> BackendSettings:
     binary = values["binary"]
     if binary is not None and base is not None and not Path(binary).expanduser().is_absolute():
         binary = str(base / binary)
-    return BackendSpec(kind=values["kind"], spec_type=values["spec_type"], binary=binary, url=values["url"],
-                       api_key_env=values["api_key_env"], api=values["api"], args=tuple(values["args"]),
-                       ready_timeout=float(values["ready_timeout"]))
+    return BackendSettings(kind=values["kind"], spec_type=values["spec_type"], binary=binary, url=values["url"],
+                           api_key_env=values["api_key_env"], api=values["api"], args=tuple(values["args"]),
+                           ready_timeout=float(values["ready_timeout"]))
 
 
 def _template(choice: str | None, base: Path | None) -> str | None:
@@ -64,15 +64,15 @@ def run_config(profile: Profile, **overrides: Any) -> RunConfig:
             target_path = models.locate(target["model"], base).path or Path(target["model"])
         else:
             target_path = Path("remote")
-        target_spec = ModelSpec(target_path, target["n_gpu_layers"], target["threads"] or default_threads())
-        draft_spec = None
+        target_settings = ModelSettings(target_path, target["n_gpu_layers"], target["threads"] or default_threads())
+        draft_settings = None
         if spec.uses_draft_model and not remote:
-            draft_spec = ModelSpec(
+            draft_settings = ModelSettings(
                 models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], draft["threads"] or default_threads()
             )
         return RunConfig(
-            target=target_spec,
-            draft=draft_spec,
+            target=target_settings,
+            draft=draft_settings,
             spec=spec,
             sampling=SamplingParams(
                 temperature=float(sampling["temperature"]),

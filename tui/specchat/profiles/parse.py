@@ -11,7 +11,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..backends.config import BackendSpec
+from ..backends.config import BackendSettings
 from ..engine.config import SpecConfig, check_method
 from ..errors import ConfigError
 from .schema import SCHEMA, Profile, fits
@@ -77,7 +77,7 @@ def parse_profile(source: str, path: Path | None = None, name: str | None = None
     try:  # the rules between keys, as the engine's configuration checks them
         spec = SpecConfig(method=draft["method"], n_max=draft["n_max"], n_min=draft["n_min"], p_min=draft["p_min"],
                           ngram_min=draft["ngram_min"], ngram_max=draft["ngram_max"])
-        BackendSpec(kind=backend["kind"], spec_type=backend["spec_type"], url=backend["url"], api=backend["api"])
+        BackendSettings(kind=backend["kind"], spec_type=backend["spec_type"], url=backend["url"], api=backend["api"])
         check_method(spec, draft["model"] is not None, backend["kind"])
     except ConfigError as exc:
         section, key = exc.key or ("draft", None)

@@ -28,7 +28,8 @@ class NgramThenModel(Drafter):
         self.copy_length, self.model_length = copy_length, model_length
         self.turned_down: Draft | None = None  # this step's copy, when it had one and the draft model drafted instead
 
-    # ``blocked`` stays "": the copy reads any token id; the draft model sits out while it cannot (``ModelDrafter.notice``)
+    # ``blocked`` stays "": the copy reads any token id; the draft model sits out while it cannot
+    # (``ModelDrafter.notice``)
 
     def notice(self, seq: Sequence[int]) -> None:
         self.model.notice(seq)
