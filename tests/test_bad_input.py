@@ -104,6 +104,7 @@ def test_context_too_small_for_the_prompt(tmp_path, target_path):
         (["--max-tokens", "0"], "max_tokens must be ≥ 1"),
         (["--threads", "-2"], "threads = -2 is impossible"),
         (["--profile", "no-such-profile"], "unknown profile"),
+        (["--profile", "ngram", "--method", "draft"], "method 'draft' needs [draft] model"),  # the profile names none
     ],
 )
 def test_impossible_parameters(args, fragment):

@@ -271,11 +271,19 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
 
     def _run(self, activity: Activity, status: str, job: Callable[[], None]) -> None:
         """Run ``job`` on the engine thread; it posts its own result, or EngineFailed if it raises."""
-        self.busy, self.status = activity, status
+        self.set_job(activity, status)
         self.engine_thread.submit(job)
 
     def _idle(self) -> None:
-        self.busy, self.status = None, ""
+        self.set_job(None, "")
+
+    def set_job(self, activity: Activity | None, status: str) -> None:
+        """The job and its status line together: one sidebar refresh, where setting each would make two."""
+        changed = (activity, status) != (self.busy, self.status)
+        self.set_reactive(SpecchatApp.busy, activity)
+        self.set_reactive(SpecchatApp.status, status)
+        if changed:
+            self.refresh_sidebar()
 
     def on_specchat_app_engine_failed(self, message: EngineFailed) -> None:
         self._streaming(False)

@@ -100,7 +100,7 @@ class SwitchingActions:
         self.controller.switch_failed()
         self.notify(message.error, severity="error", timeout=20)
         self._sample_memory()
-        self.busy, self.status = None, "load failed — previous profile kept" if self.backend else "no model loaded"
+        self.set_job(None, "load failed — previous profile kept" if self.backend else "no model loaded")
 
     def action_profiles(self) -> None:
         current = self.backend.config.target.path if self.backend else None

@@ -102,7 +102,7 @@ class CompletionStream:
                 ids = chunk_tokens(self.index, chunk.get("content", ""), chunk.get("tokens") or [],
                                    timings.get("predicted_n"), seen)
                 seen += len(ids)
-                finish = yield from self._chunk_tokens(chunk, ids, tracker, watch, reply, request)
+                finish = yield from self._chunk_tokens(chunk, timings, ids, tracker, watch, reply, request)
                 if finish is not None:
                     yield from self._closed(tracker.cut(), reply, request)
                     break
@@ -136,10 +136,11 @@ class CompletionStream:
             body |= {"n_probs": request.top, "post_sampling_probs": False}  # the raw softmax, as the engine's
         return body
 
-    def _chunk_tokens(self, chunk: dict[str, Any], ids: list[int | None], tracker: StepTracker,
-                      watch: LoopWatch | None, reply: _Reply, request: Request) -> Generator[Event, None, str | None]:
-        """A chunk's tokens as events; returns "loop" or "length" where the reply ends within it."""
-        timings = chunk.get("timings") or {}
+    def _chunk_tokens(self, chunk: dict[str, Any], timings: dict[str, Any], ids: list[int | None],
+                      tracker: StepTracker, watch: LoopWatch | None, reply: _Reply,
+                      request: Request) -> Generator[Event, None, str | None]:
+        """A chunk's tokens as events (``timings``: the chunk's); returns "loop" or "length" where the reply ends
+        within it."""
         content = chunk.get("content", "")
         unknown = None in ids  # then the chunk's own text is shown, not its last token's piece alone
         probabilities = _by_token(ids, chunk.get("completion_probabilities") or [])

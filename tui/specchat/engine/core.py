@@ -3,7 +3,7 @@
 ``Engine.reply`` turns a user message into events (see ``events``); each verify step is one call of
 ``loop.speculate`` — draft, verify, accept, roll back — whose outcome is emitted in the documented order. The
 conversation's tokens live in ``conversation``, loading and hot reload in ``loading``, and what drafts and how far
-in ``speculation``: the drafters in ``drafters`` and ``combined``, the draft length in ``draft_length`` and, for
+in ``speculation``: the drafters in ``drafters`` (a module per method), the draft length in ``draft_length`` and, for
 ``n_max = "auto"``, ``adaptive`` (its policies in ``auto``, the costs they learn in ``learned_costs``, what lasts
 between processes in ``auto_memory``).
 """

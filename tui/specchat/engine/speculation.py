@@ -75,8 +75,8 @@ class Speculation:
         self.ngram.forget()
 
     def _build_drafter(self) -> None:
-        """The method's drafter for the models loaded now (None: plain decoding, or a method that needs a draft model
-        without one, as on a remote backend)."""
+        """The method's drafter for the models loaded now (None: plain decoding, or a method only a llama.cpp server
+        runs)."""
         build = METHODS[self.config.spec.method].build
         model = self._draft.drafter if self._draft is not None else None
         self.drafter: Drafter | None = build(Parts(self.ngram, model, self.length)) if build is not None else None

@@ -76,7 +76,7 @@ class Method:
     name: str
     about: str
     spec_type: str  # llama.cpp's --spec-type that runs it on a llama-server
-    build: Callable[[Parts], Drafter | None] | None = None  # None: not in this process (``server_only`` says why)
+    build: Callable[[Parts], Drafter | None] | None = None  # None: no drafter here ("none"; ``server_only`` ones)
     draft_model: bool = False  # loads [draft] model
     copies: bool = False  # drafts by copying earlier text: "auto" prices its drafts by how far the match reaches
     server_only: str = ""  # why only a llama.cpp server runs it
