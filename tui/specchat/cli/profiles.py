@@ -75,9 +75,8 @@ def cmd_list(_args: argparse.Namespace) -> int:
         except ConfigError as exc:
             rows.append([name, source, DASH, DASH, DASH, DASH, f"INVALID: {exc}"])
             continue
-        d = p.values["draft"]
-        rows.append([name, source, d["method"], str(d["n_max"]) if d["method"] != "none" else DASH,
-                     p.model("target"), d["model"] or DASH, p.description])
+        rows.append([name, source, p.method, str(p.n_max) if p.method != "none" else DASH,
+                     p.model("target"), p.model("draft") or DASH, p.description])
     print(_table(rows))
     return 0
 
@@ -91,7 +90,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"profile {profile.name}: {profile.path}")
     if profile.description:
         print(f"  {profile.description}")
-    for section, keys in SCHEMA.items():
+    for section, keys in SCHEMA.items():  # every key, as the schema lists them
         print(f"[{section}]")
         explicit = (profile.document or {}).get(section, {})
         for key in keys:
@@ -119,18 +118,16 @@ class _Model:
 
 
 def _footprint(m: _Model, profile: Profile) -> Footprint:
-    values = profile.values[m.role]
-    n_ctx = profile.n_ctx
+    n_ctx, layers = profile.n_ctx, profile.n_gpu_layers(m.role)
     if m.meta is None:
-        expected = values.get("expected_size_gb")
+        expected = profile.expected_size_gb(m.role)
         note = "file absent" + (", size from expected_size_gb" if expected else "")
-        share = gpu_share(values["n_gpu_layers"], None)
+        share = gpu_share(layers, None)
         return Footprint(m.role, m.located.reference, expected * GB if expected else None, None, share, note)
     arch = m.meta.get("general.architecture")
     n_layer = m.meta.get(f"{arch}.block_count")
-    kv = float(kv_cache_bytes(m.meta, n_ctx, values["kv_cache"] if m.role == "target" else "f16"))
-    return Footprint(m.role, m.located.path.name, float(m.meta["gguf.file_size"]), kv,
-                     gpu_share(values["n_gpu_layers"], n_layer))
+    kv = float(kv_cache_bytes(m.meta, n_ctx, profile.kv_cache if m.role == "target" else "f16"))
+    return Footprint(m.role, m.located.path.name, float(m.meta["gguf.file_size"]), kv, gpu_share(layers, n_layer))
 
 
 def cmd_check(args: argparse.Namespace) -> int:

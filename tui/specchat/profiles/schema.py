@@ -139,6 +139,17 @@ class Profile:
         """The GGUF the profile names for ``role`` ("target" or "draft"), as written."""
         return self.values[role]["model"]
 
+    def n_gpu_layers(self, role: str) -> int:
+        return self.values[role]["n_gpu_layers"]
+
+    def expected_size_gb(self, role: str) -> float | None:
+        """The size the profile expects of ``role``'s GGUF when it is absent (for fit checks)."""
+        return self.values[role].get("expected_size_gb")
+
+    @property
+    def n_max(self) -> int | str:
+        return self.values["draft"]["n_max"]
+
     @property
     def n_ctx(self) -> int:
         return self.values["target"]["n_ctx"]
