@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.config import BackendSettings, RunConfig
-from ..engine.config import ModelSettings, SpecConfig, check_method, default_threads
+from ..engine.config import ModelSettings, SpecConfig, default_threads
 from ..engine.loops import LoopRule
 from ..engine.sampling import SamplingParams
 from ..errors import ConfigError, SpecchatError
@@ -56,8 +56,6 @@ def run_config(profile: Profile, **overrides: Any) -> RunConfig:
             ngram_min=draft["ngram_min"],
             ngram_max=draft["ngram_max"],
         )
-        # An override may ask of the profile what it lacks (--method draft where it names no draft model).
-        check_method(spec, draft["model"] is not None, values["backend"]["kind"])
         base = model_base(profile)
         remote = values["backend"]["kind"] == "remote"
         if not remote:
@@ -68,7 +66,8 @@ def run_config(profile: Profile, **overrides: Any) -> RunConfig:
             target_path = Path("remote")
         target_settings = ModelSettings(target_path, target["n_gpu_layers"], target["threads"] or default_threads())
         draft_settings = None
-        if spec.uses_draft_model and not remote:
+        # (An override may ask for a draft the profile does not name, --method draft: RunConfig says what is missing.)
+        if spec.uses_draft_model and not remote and draft["model"] is not None:
             draft_settings = ModelSettings(
                 models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], draft["threads"] or default_threads()
             )

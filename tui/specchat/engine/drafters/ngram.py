@@ -132,6 +132,5 @@ class NgramDrafter(Drafter):
         return length
 
 
-
 METHOD = Method("ngram", "copies from earlier text where the conversation repeats itself; no draft model",
                 "ngram-simple", build=lambda parts: parts.ngram, copies=True)
