@@ -41,7 +41,8 @@ def isolated_auto_memory(tmp_path, monkeypatch) -> Path:
 @pytest.fixture(autouse=True)
 def isolated_verify_costs(measured_costs, monkeypatch) -> Path:
     """The verify sweeps "auto" is priced by are the ones this test session measured, never the user cache's: a sweep
-    kept there from a busy minute (a compile beside it) made "auto" draft almost nothing, and a test's figures with it."""
+    kept there from a busy minute (a compile beside it) made "auto" draft almost nothing, and a test's figures with
+    it."""
     monkeypatch.setattr(paths, "verify_costs_file", lambda: measured_costs)
     return measured_costs
 
