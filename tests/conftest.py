@@ -190,6 +190,18 @@ def plain(target_path, draft_path):
     reference.close()
 
 
+def endless_profile(base: str = "tiny") -> str:
+    """A user profile: the preset ``base`` with loops not stopped. Greedy SmolLM2 tells a long story in a loop, and
+    the loop rule can end it by itself ("loop") a few seconds in; a test that acts on a reply still streaming (quit,
+    Ctrl+C, Esc an A/B) runs this one, whose reply can only end at its token cap. Returns the profile's name."""
+    folder = paths.user_profiles_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    preset = (paths.bundled_profiles_dir() / f"{base}.toml").read_text()
+    name = f"{base}-endless"
+    (folder / f"{name}.toml").write_text(preset.replace("[chat]", "[chat]\nstop_on_loop = false", 1))
+    return name
+
+
 def notices(app) -> list[str]:
     """The notifications an app has shown and not yet dismissed. Textual has no public reader of them: this is the
     one place that reaches into its private list."""

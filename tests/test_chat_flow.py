@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import THREADS, Run, notices
+from conftest import THREADS, Run, endless_profile, notices
 from gguf_fixtures import write_variant
 from specchat.backends import open_backend
 from specchat.backends.config import BackendSettings, RunConfig
@@ -298,10 +298,12 @@ def test_ab_refuses_a_reply_made_under_another_target_or_context(tmp_path, user_
 
 async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_one(settings):
     from specchat.app.chat_app import make_app
+    from specchat.app.engine_thread import Activity
     from specchat.app.screens import ABScreen
     from test_app import SIZE, ask, ready, start_long_reply, wait_until
 
     settings.max_tokens = 300
+    settings.profile = endless_profile()
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         await start_long_reply(pilot)
@@ -311,9 +313,10 @@ async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_o
         await pilot.pause(0.3)
         assert not isinstance(app.screen, ABScreen) and app.busy is None
         assert any("this one was cancelled" in n for n in notices(app))
-        await ask(pilot, LONG)  # 300 tokens: its plain rerun takes seconds
+        reply = await ask(pilot, LONG)
+        assert reply.finish_reason == "length"  # 300 tokens (loops not stopped): its plain rerun takes seconds
         await pilot.press("ctrl+b")
-        await pilot.pause(0.5)
+        await wait_until(pilot, lambda: app.busy is Activity.COMPARING)
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.busy is None)
         assert not isinstance(app.screen, ABScreen)

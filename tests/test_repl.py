@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import endless_profile
+from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.data_structures import Size
 from prompt_toolkit.document import Document
-from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output.vt100 import Vt100_Output
-
 from specchat import paths
 from specchat.app.chat_app import make_app
 from specchat.app.settings import Settings
@@ -219,7 +219,8 @@ def test_repl_in_a_real_terminal_colours_cancels_and_quits(tmp_path, user_cache)
         env = f"HOME={tmp_path / 'home'} XDG_CONFIG_HOME={tmp_path / 'config'} XDG_DATA_HOME={tmp_path / 'data'}"
         env += " NO_COLOR=1" if no_color else ""
         tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40",
-             f"env {env} {sys.executable} -m specchat repl --max-tokens 400; echo REPL-EXIT=$?; sleep 30")
+             f"env {env} {sys.executable} -m specchat repl --profile {endless_profile()} --max-tokens 400;"
+             " echo REPL-EXIT=$?; sleep 30")  # loops not stopped: the story is still streaming at Ctrl+C
 
         def screen(escapes: bool = False) -> str:
             return tmux("capture-pane", "-p", *(["-e"] if escapes else []), "-t", session)

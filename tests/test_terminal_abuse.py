@@ -13,8 +13,7 @@ import sys
 import time
 
 import pytest
-
-from specchat import paths
+from conftest import endless_profile
 from specchat.app.chat_app import make_app
 from specchat.app.widgets.prompt import PromptInput
 from specchat.app.widgets.reply import ReplyView
@@ -72,15 +71,10 @@ def wait_for_replies(db, count: int, timeout: float = 120) -> None:
 def test_the_app_in_a_real_terminal_survives_abuse_and_stores_clean_text(settings, tmp_path):
     data = tmp_path / "data"
     db = data / "specchat" / "chats.sqlite3"
-    # The tiny pair with loops not stopped: greedy SmolLM2 tells the story in a loop, so the third reply runs to the
-    # 1,024-token cap and is still streaming when the quit key comes (with loops stopped it ended by itself, "loop",
-    # before it on a fast minute).
-    profiles = tmp_path / "config" / "specchat" / "profiles"
-    profiles.mkdir(parents=True)
-    tiny = (paths.bundled_profiles_dir() / "tiny.toml").read_text()
-    (profiles / "endless.toml").write_text(tiny.replace("[chat]", "[chat]\nstop_on_loop = false"))
+    # Loops not stopped: the third reply runs to the 1,024-token cap and is still streaming when the quit key comes
+    # (with loops stopped it ended by itself, "loop", before it on a fast minute).
     command = (f"env HOME={tmp_path / 'home'} XDG_CONFIG_HOME={tmp_path / 'config'} XDG_DATA_HOME={data}"
-               f" {sys.executable} -m specchat chat --profile endless")
+               f" {sys.executable} -m specchat chat --profile {endless_profile()}")
     pane = Pane(command)
     try:
         pane.wait_for(lambda s: "ACTIVE" in s)
