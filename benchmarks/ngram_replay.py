@@ -22,6 +22,10 @@ speed-up is plain decoding's cost over the policy's (decode steps only, as `spec
   lookup), whatever it proposes and however long it drafts.
 
     python benchmarks/ngram_replay.py [--tasks FILE] [--repeat 3] [--profile ngram]
+    python benchmarks/ngram_replay.py --suite spec-bench --per 2 [--categories summarization,rag] [--max-tokens N]
+
+Spec-Bench's questions are chosen as `specchat bench` chooses them (the same options, the same draw); each turn of a
+two-turn question is replayed as a reply of its own, named QUESTION/TURN.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ import dataclasses
 import statistics
 from bisect import bisect_right
 from collections.abc import Callable
-from pathlib import Path
 
 from specchat.bench.runners import task_history
-from specchat.bench.tasks import Task, load_tasks
+from specchat.bench.tasks import Task
+from specchat.cli.bench import add_task_options, chosen_tasks
 from specchat.engine import TokenEmitted
 from specchat.engine.adaptive import AUTO_K_MAX, CALIBRATE_EVERY, lengthened
 from specchat.engine.auto import HAZARD_CLASSES, MatchHazards, VerifyCost
@@ -111,14 +115,18 @@ ORACLE = object()
 
 
 def record(engine: Engine, tasks: list[Task]) -> list[Reply]:
+    """Each task's greedy reply, turn by turn: a later turn follows the model's own reply to the one before."""
     replies = []
     for task in tasks:
         engine.clear_cache(replies=True)
         engine.restore(task_history(engine.config, task))
-        tokens = [e.token for e in engine.reply(task.prompt, max_tokens=task.max_tokens) if isinstance(e, TokenEmitted)]
-        conversation = list(engine.tokens)
-        assert conversation[len(conversation) - len(tokens):] == tokens
-        replies.append(Reply(task, conversation[: len(conversation) - len(tokens)], tokens))
+        for number, prompt in enumerate(task.turns(), start=1):
+            events = list(engine.reply(prompt, max_tokens=task.max_tokens))
+            tokens = [e.token for e in events if isinstance(e, TokenEmitted)]
+            conversation = list(engine.tokens)
+            assert conversation[len(conversation) - len(tokens):] == tokens
+            name = f"{task.name}/{number}" if task.follow_ups else task.name
+            replies.append(Reply(dataclasses.replace(task, name=name), conversation[: len(conversation) - len(tokens)], tokens))
     return replies
 
 
@@ -198,13 +206,13 @@ def copy_ceiling(reply: Reply, verify: VerifyCost) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=Path)
+    add_task_options(parser)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="ngram")
     args = parser.parse_args()
     config = dataclasses.replace(run_config(load_profile(args.profile)), adapt_threads=False)
     engine = Engine(dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")))
-    tasks, problems = load_tasks(args.tasks)
+    tasks, problems = chosen_tasks(args)
     for problem in problems:
         print(problem)
     replies = record(engine, tasks)
@@ -235,10 +243,10 @@ def main() -> None:
     results["copy ceiling"] = {reply.task.name: copy_ceiling(reply, verify) for reply in replies}
     names = list(results)
     widths = [max(12, len(n) + 2) for n in names]
-    print("task".ljust(14) + "".join(n.rjust(w) for n, w in zip(names, widths)))
+    print("task".ljust(20) + "".join(n.rjust(w) for n, w in zip(names, widths)))
     for reply in replies:
         task = reply.task.name
-        print(task.ljust(14) + "".join(f"{results[n][task]:{w - 1}.2f}×" for n, w in zip(names, widths)))
+        print(task.ljust(20) + "".join(f"{results[n][task]:{w - 1}.2f}×" for n, w in zip(names, widths)))
 
 
 if __name__ == "__main__":

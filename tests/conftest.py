@@ -197,6 +197,7 @@ def endless_profile(base: str = "tiny") -> str:
     folder = paths.user_profiles_dir()
     folder.mkdir(parents=True, exist_ok=True)
     preset = (paths.bundled_profiles_dir() / f"{base}.toml").read_text()
+    assert "[chat]" in preset, f"{base}.toml has no [chat] section: its replies would stop in a loop after all"
     name = f"{base}-endless"
     (folder / f"{name}.toml").write_text(preset.replace("[chat]", "[chat]\nstop_on_loop = false", 1))
     return name

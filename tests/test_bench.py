@@ -187,3 +187,132 @@ def test_the_replay_copy_ceiling_on_worked_examples():
     # A copy reaches no further than the text known at its step: ten equal tokens copy 1, then 3, then the last 2.
     repeating = replay.Reply(task, prompt=[5], tokens=[7] * 10)
     assert replay.copy_ceiling(repeating, flat) == pytest.approx(3.0)
+
+
+# Spec-Bench -------------------------------------------------------------------------------------------------------
+
+
+def test_spec_bench_sample_runs_both_turns_and_reports_per_category(tmp_path):
+    """Two of Spec-Bench's questions end to end on the bundled model: 81 (writing, MT-bench, two turns) and 321 (qa)."""
+    result, report = _bench(tmp_path, "--suite", "spec-bench", "--questions", "81,321", "--max-tokens", "24")
+    assert result.returncode == 0, result.stderr
+    assert [t for t in report["settings"]["questions"]] == ["writing-81", "qa-321"]
+    assert report["categories"] == {"writing-81": "writing", "qa-321": "qa"}
+    measured = {(r["task"], r["runner"]): r for r in report["runs"] if r["rep"] == 0}
+    spec, plain = measured[("writing-81", "specchat draft")], measured[("writing-81", "specchat none")]
+    for run in (spec, plain):
+        assert run["extra"]["turns"] == 2 and len(run["extra"]["generated_turns"]) == 2
+        assert sum(run["extra"]["generated_turns"]) == run["generated"] == len(run["tokens"])
+        _first, second = run["extra"]["prefill_turns"]
+        # The second turn's prompt holds the first turn and the runner's own reply to it.
+        assert second > run["extra"]["generated_turns"][0]
+        assert run["extra"]["ttft_turns"][0] == run["ttft"] > 0
+    assert spec["tokens"] == plain["tokens"]  # greedy: both turns identical to plain decoding
+    assert measured[("qa-321", "specchat none")]["extra"]["turns"] == 1
+    rows = {(r["category"], r["runner"]): r for r in report["by_category"]}
+    assert set(rows) == {(c, r) for c in ("writing", "qa", "overall") for r in ("specchat none", "specchat draft")}
+    for category in ("writing", "qa"):
+        task = next(t for t, c in report["categories"].items() if c == category)
+        row, run, base = rows[(category, "specchat draft")], measured[(task, "specchat draft")], measured[(task, "specchat none")]
+        assert row["speedup"] == pytest.approx(run["decode_tps"] / base["decode_tps"])
+        assert row["acceptance_rate"] == pytest.approx(run["accepted"] / run["drafted"])
+        # Each turn's first token comes from its prefill; a turn ended by the end-of-reply token spent a step on it.
+        yielded = run["generated"] - run["extra"]["turns"] + run["extra"]["finish_turns"].count("stop")
+        assert run["extra"]["step_tokens"] == yielded
+        assert row["tokens_per_step"] == pytest.approx(yielded / run["extra"]["steps"])
+        assert row["same_output"] is True and row["questions"] == 1
+        assert rows[(category, "specchat none")]["tokens_per_step"] == pytest.approx(1.0)
+    overall = rows[("overall", "specchat draft")]
+    tps = [measured[(t, "specchat draft")]["decode_tps"] for t in ("writing-81", "qa-321")]
+    base_tps = [measured[(t, "specchat none")]["decode_tps"] for t in ("writing-81", "qa-321")]
+    assert overall["speedup"] == pytest.approx(sum(tps) / sum(base_tps)) and overall["questions"] == 2
+    assert "category" in result.stdout and "tokens/step" in result.stdout and "overall" in result.stdout
+    assert "runs, about" in result.stderr and "left" in result.stderr  # progress: runs done and the time left
+
+
+def test_spec_bench_questions_are_drawn_per_category(tmp_path):
+    """--per and --seed draw the same questions every time, per category in Spec-Bench's order (checked by the file
+    itself, not by the reader under test)."""
+    from specchat.bench.spec_bench import Selection, read_questions, select, suite_path
+
+    lines = [json.loads(line) for line in suite_path().read_text().splitlines()]
+    assert len(lines) == 480
+    tasks, problems = read_questions(suite_path())
+    assert problems == [] and len(tasks) == 480
+    assert sum(1 for t in tasks if t.follow_ups) == 80  # MT-bench's two-turn questions
+    picked = select(tasks, Selection(per=2, seed=3))
+    assert len(picked) == 26 and picked == select(tasks, Selection(per=2, seed=3))
+    assert [t.category for t in picked][::2] == list(dict.fromkeys(line["category"] for line in lines))
+    assert select(tasks, Selection(per=2, seed=4)) != picked
+    only = select(tasks, Selection(per=1, categories=("rag", "qa")))
+    assert [t.category for t in only] == ["qa", "rag"]
+
+
+def test_category_report_on_a_worked_example():
+    """Spec-Bench's ratio of means, not a mean of ratios: two questions, plain 10 and 30 tok/s, speculative 20 and
+    30 — the category's speed-up is 50/40 = 1.25 (a mean of ratios would say 1.5)."""
+    from specchat.bench.categories import by_category
+
+    def row(task, runner, tps, drafted=None, accepted=None, same=None):
+        return {"task": task, "runner": runner, "decode_tps_median": tps, "drafted": drafted, "accepted": accepted,
+                "same_output": same}
+
+    def run(task, runner, generated, steps):
+        return {"task": task, "runner": runner, "rep": 0, "generated": generated, "ttft": 0.1,
+                "extra": {"turns": 1, "steps": steps, "step_tokens": generated - 1}}
+
+    report = {
+        "categories": {"a": "qa", "b": "qa"},
+        "summary": [row("a", "specchat none", 10), row("b", "specchat none", 30),
+                    row("a", "specchat ngram", 20, 8, 6, True), row("b", "specchat ngram", 30, 4, 1, True)],
+        "runs": [run("a", "specchat none", 11, 10), run("b", "specchat none", 11, 10),
+                 run("a", "specchat ngram", 11, 4), run("b", "specchat ngram", 11, 6)],
+    }
+    rows = {(r["category"], r["runner"]): r for r in by_category(report)}
+    mine = rows[("qa", "specchat ngram")]
+    assert mine["speedup"] == pytest.approx(1.25)
+    assert mine["acceptance_rate"] == pytest.approx(7 / 12)
+    assert mine["tokens_per_step"] == pytest.approx(20 / 10)
+    assert rows[("qa", "specchat none")]["tokens_per_step"] == pytest.approx(1.0)
+    assert rows[("overall", "specchat ngram")]["speedup"] == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    (['{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}', "not json at all"],
+     ":2: not a JSON object"),
+    (['{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}', '{"question_id": 2, "category": "qa"}'],
+     ":2: 'turns' is missing"),
+])
+def test_malformed_question_lines_are_skipped_with_one_line_each(tmp_path, lines, expected):
+    path = tmp_path / "question.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result, report = _bench(tmp_path, "--tasks", str(path), "--max-tokens", "8")
+    assert result.returncode == 0, result.stderr
+    skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped:")]
+    assert len(skipped) == 1 and f"{path}{expected}" in skipped[0]
+    assert {r["task"] for r in report["summary"]} == {"qa-1"}  # the rest of the run went on
+    assert any(expected in e for e in report["errors"])
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--suite", "spec-bench", "--categories", "poetry"), "--categories: unknown category 'poetry'"),
+    (("--suite", "spec-bench", "--per", "11", "--categories", "writing"), "--per 11 is larger than category 'writing' (10 questions)"),
+    (("--suite", "spec-bench", "--questions", "9999"), "--questions: no question with id 9999"),
+    (("--per", "2",), "--per, --questions and --categories choose Spec-Bench questions"),
+    (("--suite", "spec-bench", "--max-tokens", "0"), "--max-tokens must be ≥ 1, got 0"),
+])
+def test_impossible_spec_bench_choices_are_one_clear_line(tmp_path, args, fragment):
+    from test_bad_input import assert_one_clear_line
+
+    result, report = _bench(tmp_path, *args)
+    assert_one_clear_line(result, fragment)
+    assert report is None
+
+
+def test_a_question_file_that_is_not_json_lines_is_one_clear_line(tmp_path):
+    from test_bad_input import assert_one_clear_line
+
+    path = tmp_path / "question.jsonl"
+    path.write_text("[[task]]\nname = 'toml, not json'\n")
+    result, _ = _bench(tmp_path, "--tasks", str(path))
+    assert_one_clear_line(result, f"{path}: no question could be read")

@@ -27,6 +27,12 @@ def bundled_profiles_dir() -> Path:
     return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "profiles"
 
 
+def spec_bench_questions() -> Path:
+    """Spec-Bench's question file: packaged with specchat, or under the project's benchmarks/ in an editable install."""
+    packaged = Path(__file__).parent / "spec_bench" / "question.jsonl"
+    return packaged if packaged.is_file() else Path(__file__).resolve().parents[2] / "benchmarks" / "spec_bench" / "question.jsonl"
+
+
 def user_profiles_dir() -> Path:
     return config_dir() / "profiles"
 

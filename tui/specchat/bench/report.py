@@ -89,7 +89,9 @@ def machine() -> dict[str, Any]:
 
 
 def build_report(runs: list[RunResult], *, profile: dict[str, Any], settings: dict[str, Any], errors: list[str],
-                 greedy: bool, copy_heavy: set[str], spec_runner: str) -> dict[str, Any]:
+                 greedy: bool, copy_heavy: set[str], spec_runner: str,
+                 categories: dict[str, str] | None = None) -> dict[str, Any]:
+    """``categories``: each task's Spec-Bench category, where the tasks have one (the per-category report)."""
     summary = summarise(runs, greedy=greedy)
     changed = sorted({r["task"] for r in summary if r["runner"].startswith("specchat") and r["same_output"] is False})
     return {
@@ -97,6 +99,7 @@ def build_report(runs: list[RunResult], *, profile: dict[str, Any], settings: di
         "machine": machine(), "profile": profile, "settings": settings,
         "runs": [dataclasses.asdict(r) for r in runs], "summary": summary,
         "output_changed": changed, "errors": errors, "copy_heavy": sorted(copy_heavy), "spec_runner": spec_runner,
+        "categories": categories or {},
     }
 
 

@@ -50,6 +50,46 @@ def _decode_tps(generated: int, total: float, ttft: float | None) -> float | Non
     return (generated - 1) / (total - ttft)
 
 
+def _decode_seconds(turn: RunResult) -> float | None:
+    return (turn.generated - 1) / turn.decode_tps if turn.decode_tps else None
+
+
+def combine_turns(runner: str, task: str, rep: int, turns: list[RunResult], *, spec: bool,
+                  pid: int | None = None) -> RunResult:
+    """One result for a question of one or more turns, as Spec-Bench sums a question's tokens and times over its
+    turns: decode tok/s over every turn's decoding (each turn's prefill and first token apart), the question's TTFT
+    that of its first turn (each turn's in ``extra``), counters summed."""
+    seconds = [_decode_seconds(t) for t in turns]
+    decoded = sum(t.generated - 1 for t in turns)
+    decode_tps = decoded / sum(seconds) if all(s for s in seconds) and decoded > 0 else None
+    drafted = sum(t.drafted or 0 for t in turns)
+    accepted = sum(t.accepted or 0 for t in turns)
+    steps = sum(int(t.extra.get("steps", 0)) for t in turns)
+    drafting_steps = sum(int(t.extra.get("drafting_steps", 0)) for t in turns)
+    extra: dict[str, object] = {key: value for key, value in turns[-1].extra.items()}
+    for key in ("prefill_tokens", "t_prefill", "t_draft", "t_verify", "t_overhead", "steps", "drafting_steps"):
+        if key in extra:
+            extra[key] = sum(t.extra[key] for t in turns)  # type: ignore[misc]
+    extra.update(turns=len(turns), ttft_turns=[t.ttft for t in turns], generated_turns=[t.generated for t in turns],
+                 prefill_turns=[t.extra.get("prefill_tokens") for t in turns],
+                 finish_turns=[t.extra.get("finish_reason") for t in turns])
+    # Spec-Bench's "mean accepted tokens": the tokens each target step yields (1.00 for plain decoding), where the
+    # steps are known. The first token of each turn comes from its prefill; a turn that ends with the end-of-reply
+    # token spent a step on it, which yielded it, though it is not shown.
+    ended = sum(t.extra.get("finish_reason") == "stop" for t in turns)
+    extra["step_tokens"] = decoded + ended
+    extra["tokens_per_step"] = (decoded + ended) / steps if steps and "steps" in turns[0].extra else None
+    return RunResult(
+        runner=runner, task=task, rep=rep, ttft=turns[0].ttft, total=sum(t.total for t in turns),
+        generated=sum(t.generated for t in turns), decode_tps=decode_tps, text="\n\n".join(t.text for t in turns),
+        tokens=[tok for t in turns for tok in t.tokens] if all(t.tokens is not None for t in turns) else None,
+        drafted=drafted if spec else None, accepted=accepted if spec else None,
+        acceptance_rate=accepted / drafted if spec and drafted else None,
+        mean_acceptance_length=1 + accepted / drafting_steps if spec and drafting_steps else None,
+        peak_rss=peak_rss_bytes(pid), vram_process=_vram(pid), extra=extra,
+    )
+
+
 def task_history(config: RunConfig, task: Task) -> list[Message]:
     """The conversation a task continues: the profile's system prompt, then the task's own earlier turns."""
     system = config.system_prompt
@@ -78,29 +118,36 @@ class BackendRunner:
         try:
             backend.apply(self.config)
             backend.clear_cache(replies=not self.warm)
-            tokens: list[int] = []
-            finished: ReplyFinished | None = None
-            for event in backend.answer(task_history(self.config, task), task.prompt, max_tokens=task.max_tokens):
-                if isinstance(event, TokenEmitted):
-                    tokens.append(event.token)
-                elif isinstance(event, ReplyFinished):
-                    finished = event
+            history = task_history(self.config, task)
+            turns = []
+            for prompt in task.turns():
+                turn = self._turn(history, prompt, task.max_tokens)
+                turns.append(turn)
+                # The next turn follows this runner's own reply, as Spec-Bench runs MT-bench's second turn.
+                history += [Message("user", prompt), Message("assistant", turn.text)]
         except SpecchatError as exc:
             raise PeerError(f"{self.label} failed on task {task.name}: {exc}") from None
+        return combine_turns(self.label, task.name, rep, turns, spec=self.config.spec.method != "none",
+                             pid=backend.pid)
+
+    def _turn(self, history: list[Message], prompt: str, max_tokens: int) -> RunResult:
+        tokens: list[int] = []
+        finished: ReplyFinished | None = None
+        for event in self.backend.answer(history, prompt, max_tokens=max_tokens):
+            if isinstance(event, TokenEmitted):
+                tokens.append(event.token)
+            elif isinstance(event, ReplyFinished):
+                finished = event
         assert finished is not None
-        stats, text = finished.stats, finished.text
-        spec = self.config.spec.method != "none"
+        stats = finished.stats
         return RunResult(
-            runner=self.label, task=task.name, rep=rep, ttft=stats.ttft, total=stats.t_total,
-            generated=stats.generated, decode_tps=stats.decode_tps, text=text, tokens=tokens,
-            drafted=stats.drafted if spec else None, accepted=stats.accepted if spec else None,
-            acceptance_rate=stats.acceptance_rate if spec else None,
-            mean_acceptance_length=stats.mean_acceptance_length if spec else None,
-            peak_rss=peak_rss_bytes(backend.pid), vram_process=_vram(backend.pid),
+            runner=self.label, task="", rep=0, ttft=stats.ttft, total=stats.t_total,
+            generated=stats.generated, decode_tps=stats.decode_tps, text=finished.text, tokens=tokens,
+            drafted=stats.drafted, accepted=stats.accepted,
             extra={"prefill_tokens": stats.prefill_tokens, "t_prefill": stats.t_prefill, "t_draft": stats.t_draft,
                    "t_verify": stats.t_verify, "t_overhead": stats.t_overhead, "steps": stats.steps,
-                   "n_max_final": stats.n_max, "speculation_active": stats.speculation_active,
-                   "finish_reason": finished.finish_reason},
+                   "drafting_steps": stats.drafting_steps, "n_max_final": stats.n_max,
+                   "speculation_active": stats.speculation_active, "finish_reason": finished.finish_reason},
         )
 
     def close(self) -> None:
@@ -184,15 +231,24 @@ class LlamaCppPythonRunner:
 
     def run(self, task: Task, rep: int) -> RunResult:
         messages = task_history(self.config, task)
-        sampling = self.config.sampling
         self.llm.reset()
         reset_peak_rss()
+        turns = []
+        for prompt in task.turns():
+            messages.append(Message("user", prompt))
+            turn = self._turn(messages, task.max_tokens)
+            turns.append(turn)
+            messages.append(Message("assistant", turn.text))
+        return combine_turns(self.label, task.name, rep, turns, spec=False)
+
+    def _turn(self, messages: list[Message], max_tokens: int) -> RunResult:
+        sampling = self.config.sampling
         chunks: list[str] = []
         start = time.perf_counter()
         ttft = None
         stream = self.llm.create_chat_completion(
-            messages=as_dicts([*messages, Message("user", task.prompt)]),
-            max_tokens=task.max_tokens, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+            messages=as_dicts(messages),
+            max_tokens=max_tokens, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
             min_p=sampling.min_p, seed=sampling.seed, stream=True,
         )
         # The same rule as every other runner, over the tokens of its chunks (a chunk holds a whole character: a
@@ -212,9 +268,8 @@ class LlamaCppPythonRunner:
                     stream.close()
                     break
         total = time.perf_counter() - start
-        return RunResult(self.label, task.name, rep, ttft, total, len(chunks), _decode_tps(len(chunks), total, ttft),
-                         "".join(chunks), peak_rss=peak_rss_bytes(), vram_process=_vram(),
-                         extra={"finish_reason": finish})
+        return RunResult(self.label, "", 0, ttft, total, len(chunks), _decode_tps(len(chunks), total, ttft),
+                         "".join(chunks), extra={"finish_reason": finish})
 
     def close(self) -> None:
         self.llm.close()

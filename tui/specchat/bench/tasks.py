@@ -24,6 +24,13 @@ class Task:
     max_tokens: int = 128
     copy_heavy: bool = False
     history: tuple[Message, ...] = field(default_factory=tuple)
+    # Spec-Bench's: the category a question is reported under, and the user turns after the first (MT-bench's second
+    # turn), each asked after the runner's own reply to the turn before, as Spec-Bench runs them.
+    category: str = ""
+    follow_ups: tuple[str, ...] = ()
+
+    def turns(self) -> tuple[str, ...]:
+        return (self.prompt, *self.follow_ups)
 
 
 def _task(index: int, raw: object, label: str) -> Task:

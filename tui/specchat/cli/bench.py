@@ -10,7 +10,9 @@ from typing import Any
 
 from ..backends.config import RunConfig
 from ..backends.llama_server import uses_draft_model
+from ..bench import categories as by_category
 from ..bench import report as reporting
+from ..bench.progress import Progress
 from ..bench.runners import (
     LLAMA_SERVER_TYPES,
     LlamaCppPythonRunner,
@@ -18,6 +20,14 @@ from ..bench.runners import (
     RunResult,
     llama_server_runner,
     specchat_runners,
+)
+from ..bench.spec_bench import (
+    MAX_TOKENS,
+    Selection,
+    is_jsonl,
+    read_questions,
+    select,
+    suite_path,
 )
 from ..bench.tasks import Task, load_tasks
 from ..errors import ConfigError, SpecchatError
@@ -31,7 +41,7 @@ LOOKUP_TOKENS = 10  # LlamaPromptLookupDecoding's own default
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="A/B benchmark: the same tasks with and without speculation, and peers")
     add_profile_option(parser)
-    parser.add_argument("--tasks", type=Path, help="a TOML file of [[task]] tables (default: the bundled suite)")
+    add_task_options(parser)
     parser.add_argument("--repeat", type=int, default=3, help="measured repetitions per task and runner (default 3)")
     parser.add_argument("--json", type=Path, dest="json_out", help="write every raw figure to this JSON file")
     parser.add_argument("--plot", type=Path, help="write a plot of tok/s and acceptance (.png or .svg)")
@@ -46,6 +56,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="comma-separated: llama-cpp-python, lookup (llama-cpp-python prompt lookup), llama-server[=PATH] "
         f"(runs --spec-type {', '.join(LLAMA_SERVER_TYPES)}), or all",
     )
+
+
+def add_task_options(parser: argparse.ArgumentParser) -> None:
+    """Which tasks run: the bundled suite, a task file, or Spec-Bench's questions (also read by benchmarks/ scripts)."""
+    parser.add_argument("--tasks", type=Path,
+                        help="a TOML file of [[task]] tables, or a .jsonl file in Spec-Bench's question format "
+                        "(default: the bundled suite)")
+    parser.add_argument("--suite", choices=("bundled", "spec-bench"), default=None,
+                        help="spec-bench: Spec-Bench's 480 questions in 13 categories (vendored); bundled: specchat's own tasks")
+    parser.add_argument("--per", type=int, help="Spec-Bench questions: this many per category, drawn with --seed")
+    parser.add_argument("--seed", type=int, default=0, help="the draw of --per (default 0)")
+    parser.add_argument("--questions", default="", help="Spec-Bench questions: these question ids, comma-separated")
+    parser.add_argument("--categories", default="", help="Spec-Bench questions: only these categories, comma-separated")
+    parser.add_argument("--max-tokens", type=int, help=f"tokens per reply (Spec-Bench's own: {MAX_TOKENS}; "
+                        "default: each task's own, Spec-Bench questions 1024)")
 
 
 def _parse_peers(text: str) -> list[tuple[str, str | None]]:
@@ -78,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     # Measured at the profile's thread count, as the peers are: a run that adapts to a busy machine compares unequal runs.
     config = dataclasses.replace(run_config(profile), adapt_threads=False)
-    tasks, problems = load_tasks(args.tasks)
+    tasks, problems = chosen_tasks(args)
     errors = list(problems)
     for problem in problems:
         _progress(problem)
@@ -89,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     runners: list[Any] = specchat_runners(config, warm=warm)
     try:
         runners += _open_peers(peers, config, warm, errors)
-        runs = _alternate(runners, tasks, args.repeat, errors)
+        runs = _alternate(runners, tasks, args.repeat, errors, Progress.for_stream(sys.stderr))
     finally:
         for runner in runners:
             runner.close()
@@ -100,15 +125,20 @@ def run(args: argparse.Namespace) -> int:
                  "p_min": config.spec.p_min, "n_ctx": config.n_ctx, "threads": config.target.threads,
                  "target": str(config.target.path), "draft": str(config.draft.path) if config.draft else None,
                  "backend": config.backend.kind, "temperature": config.sampling.temperature},
-        settings={"repeat": args.repeat, "tasks": str(args.tasks) if args.tasks else "bundled",
-                  "peers": [p for p, _ in peers], "memory": args.memory},
+        settings={"repeat": args.repeat, "tasks": str(args.tasks) if args.tasks else args.suite or "bundled",
+                  "peers": [p for p, _ in peers], "memory": args.memory, "per": args.per, "seed": args.seed,
+                  "questions": [t.name for t in tasks], "max_tokens": args.max_tokens},
         errors=errors, greedy=config.sampling.greedy, copy_heavy={t.name for t in tasks if t.copy_heavy},
-        spec_runner=runners[1].name(),
+        spec_runner=runners[1].name(), categories={t.name: t.category for t in tasks if t.category},
     )
     print(reporting.table(report))
     for line in errors:
         print(f"note: {line}")
     print(reporting.goals(report))
+    if report["categories"]:
+        report["by_category"] = by_category.by_category(report)
+        print(by_category.table(report["by_category"]))
+        print(by_category.verdicts(report["by_category"], report["spec_runner"]))
     if report["output_changed"]:
         print(f"OUTPUT CHANGED with speculation on: {', '.join(report['output_changed'])}")
     try:
@@ -146,23 +176,54 @@ def _open_peers(peers: list[tuple[str, str | None]], config: RunConfig, warm: bo
     return opened
 
 
-def _alternate(runners: list[Any], tasks: list[Task], repeat: int, errors: list[str]) -> list[RunResult]:
+def chosen_tasks(args: argparse.Namespace) -> tuple[list[Task], list[str]]:
+    """The tasks asked for: the bundled suite, a TOML task file, Spec-Bench's questions or a file in their format."""
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be ≥ 1, got {args.max_tokens}")
+    if args.suite and args.tasks:
+        raise ConfigError("give --suite or --tasks, not both")
+    questions = args.suite == "spec-bench" or (args.tasks is not None and is_jsonl(args.tasks))
+    choosing = args.per is not None or args.questions or args.categories
+    if choosing and not questions:
+        raise ConfigError("--per, --questions and --categories choose Spec-Bench questions — add --suite spec-bench "
+                          "or --tasks FILE.jsonl")
+    if not questions:
+        tasks, problems = load_tasks(args.tasks)
+        if args.max_tokens is not None:
+            tasks = [dataclasses.replace(t, max_tokens=args.max_tokens) for t in tasks]
+        return tasks, problems
+    tasks, problems = read_questions(args.tasks or suite_path(), max_tokens=args.max_tokens or MAX_TOKENS)
+    selection = Selection(per=args.per, seed=args.seed, categories=_listed(args.categories),
+                          questions=_listed(args.questions))
+    return select(tasks, selection), problems
+
+
+def _listed(text: str) -> tuple[str, ...]:
+    return tuple(filter(None, (part.strip() for part in text.split(","))))
+
+
+def _alternate(runners: list[Any], tasks: list[Task], repeat: int, errors: list[str],
+               progress: Progress) -> list[RunResult]:
     """Every runner on every task, one after the other within each repetition, in an order rotated each time: a slow
-    drift of a shared machine then falls on all of them alike (the warm-up, repetition -1, is kept but not summarised)."""
+    drift of a shared machine then falls on all of them alike (the warm-up, repetition -1, is kept but not summarised).
+    A runner that fails a task (a prompt too long for the context, say) is one line and goes on with the next task."""
     runs: list[RunResult] = []
-    failed: set[str] = set()
+    progress.start(len(tasks) * (repeat + 1) * len(runners))
     for i, task in enumerate(tasks, start=1):
-        _progress(f"[{i}/{len(tasks)}] {task.name} — {task.kind or 'task'}")
+        progress.line(f"[{i}/{len(tasks)}] {task.name} — {task.kind or 'task'}")
+        failed: set[str] = set()
         for rep in range(-1, repeat):
             shift = (rep + 1) % len(runners)
             for runner in runners[shift:] + runners[:shift]:
                 if runner.name() in failed:
+                    progress.skip()
                     continue
-                _progress(f"  {task.name}: {runner.name()} {'warm-up' if rep < 0 else f'run {rep + 1}/{repeat}'}")
+                progress.step(f"{task.name}: {runner.name()} {'warm-up' if rep < 0 else f'run {rep + 1}/{repeat}'}")
                 try:
                     runs.append(runner.run(task, rep))
                 except PeerError as exc:
                     errors.append(str(exc))
                     failed.add(runner.name())
-                    _progress(f"peer failed: {exc}")
+                    progress.line(f"failed: {exc}")
+    progress.done()
     return runs

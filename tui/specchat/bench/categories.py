@@ -1,0 +1,104 @@
+"""The report in Spec-Bench's terms: per category and overall, for every runner of one run.
+
+Spec-Bench (``evaluation/speed.py``) divides a method's mean tokens/s over a category's questions by the baseline's
+mean over the same questions, and reports the mean accepted tokens per target step beside it. Here the rates are
+decode rates (each turn's prefill and first token apart, TTFT shown on its own), each question's the median of its
+alternated repetitions, and the baseline is specchat's plain decoding of the same target in the same run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from ..figures import DASH, num
+from .runners import BASELINE
+from .spec_bench import CATEGORIES
+
+OVERALL = "overall"
+
+
+def _order(categories: set[str]) -> list[str]:
+    return [c for c in CATEGORIES if c in categories] + sorted(categories - set(CATEGORIES))
+
+
+def _figures(rows: list[dict[str, Any]], base: dict[str, dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One runner's figures over the questions of ``rows`` (its summary rows) and ``runs`` (its measured runs)."""
+    paired = [(r["decode_tps_median"], base[r["task"]]["decode_tps_median"]) for r in rows
+              if r["task"] in base and r["decode_tps_median"] and base[r["task"]]["decode_tps_median"]]
+    speedup = (statistics.mean(a for a, _ in paired) / statistics.mean(b for _, b in paired)) if paired else None
+    drafted = sum(r["drafted"] or 0 for r in rows)
+    accepted = sum(r["accepted"] or 0 for r in rows)
+    steps = [r["extra"].get("steps") for r in runs]
+    yielded = sum(int(r["extra"].get("step_tokens", 0)) for r in runs)  # tokens the target's steps gave
+    known = steps and all(s for s in steps)
+    same = [r["same_output"] for r in rows if r["same_output"] is not None]
+    ttfts = [r["ttft"] for r in runs if r["ttft"] is not None]
+    return {
+        "questions": len(rows), "speedup": speedup,
+        "decode_tps_mean": statistics.mean(a for a, _ in paired) if paired else None,
+        "tokens_per_step": yielded / sum(steps) if known else None,  # type: ignore[arg-type]
+        "drafted": drafted if any(r["drafted"] is not None for r in rows) else None, "accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "ttft_median": statistics.median(ttfts) if ttfts else None,
+        "same_output": all(same) if same else None, "changed": [r["task"] for r in rows if r["same_output"] is False],
+    }
+
+
+def by_category(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (category, runner), then each runner's overall row."""
+    category_of = report["categories"]
+    summary = [r for r in report["summary"] if r["task"] in category_of]
+    measured = [r for r in report["runs"] if r["rep"] >= 0 and r["task"] in category_of]
+    base = {r["task"]: r for r in summary if r["runner"] == BASELINE}
+    runners = list(dict.fromkeys(r["runner"] for r in summary))
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in summary:
+        for key in (category_of[row["task"]], OVERALL):
+            groups[(key, row["runner"])].append(row)
+    for run in measured:
+        for key in (category_of[run["task"]], OVERALL):
+            runs[(key, run["runner"])].append(run)
+    rows = []
+    for category in [*_order(set(category_of.values())), OVERALL]:
+        for runner in runners:
+            if (category, runner) in groups:
+                rows.append({"category": category, "runner": runner,
+                             **_figures(groups[(category, runner)], base, runs[(category, runner)])})
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    header = ["category", "runner", "questions", "speed-up", "decode tok/s", "tokens/step", "accept %", "TTFT ms",
+              "same output"]
+    lines = [header]
+    for r in rows:
+        same = {True: "yes", False: "CHANGED", None: DASH}[r["same_output"]]
+        lines.append([r["category"], r["runner"], str(r["questions"]),
+                      num(r["speedup"], ".2f") + ("×" if r["speedup"] is not None else ""),
+                      num(r["decode_tps_mean"], ".1f"), num(r["tokens_per_step"], ".2f"),
+                      num(r["acceptance_rate"], ".0f", 100), num(r["ttft_median"], ".0f", 1000), same])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def verdicts(rows: list[dict[str, Any]], spec_runner: str) -> str:
+    """Where the profile stands against the best identical-output peer and plain decoding, category by category."""
+    lines = []
+    for category in dict.fromkeys(r["category"] for r in rows):
+        mine = next((r for r in rows if r["category"] == category and r["runner"] == spec_runner), None)
+        peers = [r for r in rows if r["category"] == category and r["runner"].startswith("llama-server")
+                 and r["speedup"] is not None and r["same_output"] is not False]
+        if mine is None or mine["speedup"] is None:
+            continue
+        text = f"{category}: {spec_runner} {mine['speedup']:.2f}×"
+        if peers:
+            best = max(peers, key=lambda r: r["speedup"])
+            ahead = "ahead of" if mine["speedup"] > best["speedup"] else "behind"
+            text += f", {ahead} {best['runner']} {best['speedup']:.2f}× (the best identical-output type)"
+        lines.append(text)
+    return "speed-up over specchat's plain decoding per category (Spec-Bench's mean tok/s ratio):\n  " + "\n  ".join(lines)

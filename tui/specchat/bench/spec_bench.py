@@ -1,0 +1,114 @@
+"""Spec-Bench's question file (hemingkx/Spec-Bench, ``data/spec_bench/question.jsonl``) as benchmark tasks.
+
+Each line is a JSON object with ``question_id``, ``category`` and ``turns`` (one or two user turns; MT-bench's
+questions have two). A malformed line is one line in the report and the rest is read; choosing questions that do not
+exist (an unknown category, ``--per`` larger than a category, an unknown id) is a ``ConfigError`` naming the option.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import paths
+from ..errors import ConfigError
+from .tasks import Task
+
+# Spec-Bench's own order: MT-bench's eight categories, then its five of 80 questions each.
+CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
+              "translation", "summarization", "qa", "math_reasoning", "rag")
+# Where the reply repeats given text: Spec-Bench's prompt lookup gains most there (2.46× on summarization).
+COPY_HEAVY = frozenset({"summarization", "rag", "extraction"})
+MAX_TOKENS = 1024  # Spec-Bench's max_new_tokens
+
+
+def is_jsonl(path: Path) -> bool:
+    return path.suffix.lower() == ".jsonl"
+
+
+def _question(number: int, line: str, label: str, max_tokens: int) -> Task:
+    where = f"{label}:{number}"
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: not a JSON object ({exc.msg}) — each line is one question") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: not a JSON object — each line is one question")
+    turns = raw.get("turns")
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise ConfigError(f"{where}: 'turns' is missing or not a list of non-empty strings")
+    category = raw.get("category")
+    if not isinstance(category, str) or not category:
+        raise ConfigError(f"{where}: 'category' is missing or not a string")
+    qid = raw.get("question_id", number)
+    if not isinstance(qid, int | str) or isinstance(qid, bool):
+        raise ConfigError(f"{where}: 'question_id' must be a number or a string")
+    return Task(name=f"{category}-{qid}", prompt=turns[0], kind=category, max_tokens=max_tokens,
+                copy_heavy=category in COPY_HEAVY, category=category, follow_ups=tuple(turns[1:]))
+
+
+def read_questions(path: Path, *, max_tokens: int = MAX_TOKENS) -> tuple[list[Task], list[str]]:
+    """Every well-formed question of ``path`` and one line per line that was skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"question file not found: {path} — give Spec-Bench's question.jsonl, or --suite spec-bench") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read question file {path}: {exc}") from None
+    tasks, problems = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(_question(number, line, str(path), max_tokens))
+        except ConfigError as exc:
+            problems.append(f"skipped: {exc}")
+    if not tasks:
+        raise ConfigError(f"{path}: no question could be read — each line is a JSON object with 'category' and 'turns'")
+    return tasks, problems
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which questions run: ``per`` drawn from each category with ``seed``, or the ids in ``questions``."""
+
+    per: int | None = None
+    seed: int = 0
+    categories: tuple[str, ...] = ()
+    questions: tuple[str, ...] = ()
+
+
+def select(tasks: list[Task], selection: Selection) -> list[Task]:
+    by_category: dict[str, list[Task]] = defaultdict(list)
+    for task in tasks:
+        by_category[task.category].append(task)
+    for category in selection.categories:
+        if category not in by_category:
+            raise ConfigError(f"--categories: unknown category {category!r} — choose from {', '.join(by_category)}")
+    chosen = [t for t in tasks if not selection.categories or t.category in selection.categories]
+    if selection.questions:
+        by_id = {t.name.rsplit("-", 1)[1]: t for t in chosen}
+        missing = [q for q in selection.questions if q not in by_id]
+        if missing:
+            raise ConfigError(f"--questions: no question with id {missing[0]}"
+                              + (" in the chosen categories" if selection.categories else ""))
+        return [by_id[q] for q in selection.questions]
+    if selection.per is None:
+        return chosen
+    if selection.per < 1:
+        raise ConfigError(f"--per must be ≥ 1, got {selection.per}")
+    rng = random.Random(selection.seed)
+    picked: list[Task] = []
+    for category in dict.fromkeys(t.category for t in chosen):
+        pool = by_category[category]
+        if selection.per > len(pool):
+            raise ConfigError(f"--per {selection.per} is larger than category {category!r} ({len(pool)} questions)")
+        picked += sorted(rng.sample(pool, selection.per), key=pool.index)
+    return picked
+
+
+def suite_path() -> Path:
+    return paths.spec_bench_questions()
