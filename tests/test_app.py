@@ -128,6 +128,35 @@ async def test_opening_and_closing_the_profile_picker_keeps_no_widgets_alive(set
         assert counts[-1] <= counts[1], counts
 
 
+async def test_a_profile_name_typed_in_full_is_the_one_enter_picks(settings):
+    """F2, "tiny", Enter picked server-tiny (first in the list, alphabetically, and matching "tiny"): the name typed in
+    full comes first, then names it begins, then the rest — each still matching every word typed."""
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        picked: list[object] = []
+        screen = ProfileScreen(None, "server-tiny")
+        app.push_screen(screen, picked.append)
+        await wait_until(pilot, lambda: app.screen is screen)
+        for key in "tiny":
+            await pilot.press(key)
+        listing = screen.query_one("#profile-list")
+        shown = [listing.get_option_at_index(i).id for i in range(listing.option_count)]
+        assert shown[0] == "profile:tiny" and "profile:server-tiny" in shown
+        assert listing.highlighted_option.id == "profile:tiny"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: picked)
+        assert picked == [("profile", "tiny")]
+        screen = ProfileScreen(None, "tiny")
+        app.push_screen(screen, picked.append)
+        await wait_until(pilot, lambda: app.screen is screen)
+        for key in "ngram":
+            await pilot.press(key)
+        shown = [listing.id for listing in (screen.query_one("#profile-list").get_option_at_index(i)
+                                            for i in range(screen.query_one("#profile-list").option_count))]
+        assert shown[:2] == ["profile:ngram", "profile:ngram-draft"]  # the exact name, then those it begins
+        await pilot.press("escape")
+
+
 async def test_the_profile_picker_closed_before_its_draft_search_ends(settings, monkeypatch):
     """Found by the storm (benchmarks/stress/storms.py, round 161): Enter in the picker before the draft search in its
     thread had finished, and the search's result reached a screen no longer there — the app died."""

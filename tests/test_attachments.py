@@ -46,6 +46,11 @@ def test_attachments_on_worked_examples(files):
     assert expand(code, files) == code
     once = expand("Fix @src/app.py", files)
     assert expand(once, files) == once
+    # Everyday @ words that name no file are text, sent as written; an explicit path to a file is attached.
+    for everyday in ("What does @app.route do?", "install @types/node", "ping @john.doe", "use @v1.2",
+                     "see @missing.txt", "@" + "x" * 300 + ".txt"):
+        assert expand(everyday, files) == everyday
+    assert expand("Fix @./src/app.py", files).startswith("Fix `./src/app.py`\n\nFile `./src/app.py`:\n```python")
     assert candidates("no", files) == ["notes.txt"] and candidates("s", files) == ["src/"]
     assert candidates("src/", files) == ["src/app.py"] and candidates("zzz", files) == []
 
@@ -54,9 +59,11 @@ def test_attachments_on_worked_examples(files):
     ("see @image.png", "@image.png is not UTF-8 text (a binary file, or another encoding)"),
     ("see @latin1.txt", "@latin1.txt is not UTF-8 text"),
     ("see @~nosuchuser-xyz/notes.txt", "@~nosuchuser-xyz/notes.txt: cannot be read as a path"),
-    ("see @" + "x" * 300 + ".txt", "cannot be read as a path"),
+    ("see @./" + "x" * 300 + ".txt", "cannot be read as a path"),
     ("see @big.txt", f"@big.txt is {MAX_BYTES + 1:,} bytes, more than the {MAX_BYTES:,} a message may attach"),
-    ("see @missing.txt", "@missing.txt: no such file (in "),
+    ("see @./missing.txt", "@./missing.txt: no such file (in "),
+    ("see @/nonexistent/missing.txt", "@/nonexistent/missing.txt: no such file"),
+    ('see @"missing notes.txt"', "@missing notes.txt: no such file"),
     ("see @src", "@src is a folder"),
 ])
 def test_a_file_that_cannot_be_attached_is_refused_in_one_line(files, text, message):
@@ -71,8 +78,8 @@ def test_the_ngram_drafter_copies_from_an_attached_file(files, tmp_path, user_ca
     profile.write_text(profile.read_text().replace('method = "draft"', 'method = "ngram"'))
     controller = controller_for(profile, max_tokens=40)
     try:
-        with pytest.raises(Refused, match="@nope.txt: no such file"):
-            controller.begin("Repeat exactly the text of @nope.txt")
+        with pytest.raises(Refused, match="@./nope.txt: no such file"):
+            controller.begin("Repeat exactly the text of @./nope.txt")
         assert controller.session.turns == []  # nothing was sent
         record = ask(controller, "Repeat exactly the text of @poem.txt")
         assert "File `poem.txt`:\n```\nThe quick brown fox" in controller.session.turns[0].text

@@ -366,6 +366,7 @@ def test_ask_probs_and_replay_json_print_the_same_lines(tmp_path, monkeypatch):
     assert listed.returncode == 0 and PROMPT in listed.stdout
     for args, problem in ((("replay", "--reply", "7"), "--reply 7: chat 1 has 1 replies"),
                           (("replay", "no such chat"), "no stored chat is 'no such chat'"),
+                          (("replay", "²"), "no stored chat is '²'"),  # a digit to isdigit(), not to int()
                           (("ask", "--probs", "5", "hi"), "--probs N needs --json")):
         bad = cli(*args)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and problem in bad.stderr, bad.stderr

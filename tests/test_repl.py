@@ -155,6 +155,16 @@ def test_slash_commands_complete_and_an_unknown_one_gets_a_did_you_mean(repl_set
     assert "unknown command /ghsts — did you mean /ghosts?" in terminal
 
 
+def test_non_ascii_digits_are_usage_lines_and_the_repl_goes_on(repl_settings):
+    """"²" is a digit to str.isdigit() and not a number to int(): each command says its usage, none ends the REPL."""
+    keys = "Name two planets.\r/open ²\r/fav ²\r/draft ²\r/replay ²\r/open 1²\r/ghosts\r" + CTRL_D
+    _, terminal, _ = run_repl(repl_settings, keys)
+    assert terminal.count("usage: /open N") == 2 and "usage: /fav [N]" in terminal
+    assert "usage: /replay [STEP]" in terminal
+    assert "/draft N, /draft auto" in terminal
+    assert "ghosts on" in terminal  # the command after them still ran
+
+
 def test_ctrl_c_mid_reply_keeps_the_partial_reply_marked_cancelled(repl_settings):
     repl_settings.max_tokens = 400
     keys = "Write a very long story about a dragon and a knight.\rSay yes.\r" + CTRL_D

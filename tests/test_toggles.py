@@ -5,6 +5,8 @@ toggled; in-process, a toggle reloads nothing and the target's cache is kept."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from backend_kinds import TURNS, ask, controller_for, write_profile
@@ -104,8 +106,8 @@ def test_what_cannot_be_toggled_says_why_in_one_line(tmp_path, llama_server, ser
     try:
         with pytest.raises(Refused, match="the draft length is 4 already"):
             controller.draft_length_set(4)
-        with pytest.raises(Refused, match="a draft length is 1 to 64 tokens, not 100"):
-            controller.draft_length_set(100)
+        with pytest.raises(Refused, match="a draft length is 1 to 256 tokens, not 300"):
+            controller.draft_length_set(300)
         controller.profile_switched(controller.switch(controller.draft_length_set(1)))
         with pytest.raises(Refused, match="the draft length is 1 already"):
             controller.draft_length(-1)
@@ -334,3 +336,34 @@ def test_the_repl_says_why_once_a_profile(tmp_path):
         return
     assert text.count("slower than plain: the draft (") == 1, text
     assert "— /profile ngram (drafts from the chat itself, no second model)" in text
+
+
+def test_a_picked_draft_and_the_draft_length_keep_what_the_user_did_not_change(tmp_path, user_cache):
+    """A draft picked in F2 replaces only the file: the profile draft's GPU layers and threads, and a combined
+    method, stay; F6 and /draft reach the profiles' longest draft (256), not a shorter cap of their own."""
+    from pathlib import Path
+
+    from specchat.chats.choice import Choice, one_step
+    from specchat.profiles import load_profile
+    from specchat.profiles.schema import MAX_DRAFT
+
+    preset = (Path(__file__).parents[1] / "profiles" / "ngram-draft.toml").read_text()
+    text = preset.replace('model = "embedded:draft"\nn_gpu_layers = 0\nthreads = 0',
+                          'model = "embedded:draft"\nn_gpu_layers = 3\nthreads = 1')
+    text = re.sub(r'(?m)^n_max = "auto"', "n_max = 100", text)
+    assert text.count("n_gpu_layers = 3") == 1 and "\nn_max = 100" in text
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    profile = load_profile(str(path))
+    other = tmp_path / "other-draft.gguf"
+    config = Choice(str(path), draft=other).config(profile)
+    assert config.draft is not None and config.draft.path == other
+    assert (config.draft.n_gpu_layers, config.draft.threads) == (3, 1)
+    assert config.spec.method == "ngram+draft" and config.spec.n_max == 100
+    assert one_step(100, 1) == 101 and one_step(MAX_DRAFT, 1) == MAX_DRAFT
+    assert Choice(str(path)).with_draft_length(config, 200).n_max == 200
+    # A profile without a draft model of its own: the picked one drafts, on the target's threads.
+    ngram = load_profile("ngram")
+    picked = Choice("ngram", draft=other).config(ngram)
+    assert picked.spec.method == "draft" and picked.draft is not None
+    assert picked.draft.threads == picked.target.threads

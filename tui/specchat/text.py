@@ -13,3 +13,10 @@ def valid_text(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def is_number(text: str) -> bool:
+    """Whether ``text`` (spaces around it aside) is a number ``int()`` reads: ASCII digits only. ``str.isdigit`` also
+    accepts "²" or "①", on which ``int`` raises."""
+    text = text.strip()
+    return text.isascii() and text.isdigit()

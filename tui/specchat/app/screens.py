@@ -94,9 +94,20 @@ class ProfileScreen(_Modal):
             yield OptionList(Option(Text("looking through your model folders…", style="dim"), disabled=True),
                              id="draft-list")
 
+    def _ranked(self) -> list[tuple[str, Profile | None, str]]:
+        """The profiles in the order a typed filter ranks them: the name typed in full, then names it begins, then
+        the rest (each still matching every word typed)."""
+        wanted = self.wanted.lower()
+
+        def rank(entry: tuple[str, Profile | None, str]) -> int:
+            name = entry[0].lower()
+            return 0 if name == wanted else 1 if wanted and name.startswith(wanted) else 2
+
+        return sorted(self.profiles, key=rank)
+
     def _profile_options(self) -> list[Option]:
         options = []
-        for name, profile, problem in self.profiles:
+        for name, profile, problem in self._ranked():
             backend = profile.backend_kind.replace("local", "in-process") if profile else ""
             shown = f"{name} {profile.method if profile else ''} {backend} {profile.description if profile else ''}"
             if not all(word in shown.lower() for word in self.wanted.lower().split()):  # every word typed
@@ -114,11 +125,14 @@ class ProfileScreen(_Modal):
             options.append(Option(label, id=f"profile:{name}", disabled=bool(problem)))
         return options or [Option(Text(f"no profile matches {self.wanted!r}", style="dim"), disabled=True)]
 
-    def _show_profiles(self) -> None:
+    def _show_profiles(self, *, best_first: bool = False) -> None:
+        """The list again; the highlight stays where it was, or with ``best_first`` (a new filter) goes to the best
+        match — Enter then picks the profile typed, not the one that was highlighted before."""
         listing = next(iter(self.query("#profile-list").results(OptionList)), None)
         if listing is None:  # closing
             return
-        highlighted = listing.highlighted_option.id if listing.highlighted_option is not None else None
+        kept = listing.highlighted_option
+        highlighted = kept.id if kept is not None and not best_first else None
         listing.clear_options()
         listing.add_options(self._profile_options())
         options = [listing.get_option_at_index(i) for i in range(listing.option_count)]
@@ -132,7 +146,7 @@ class ProfileScreen(_Modal):
     @on(Input.Changed, "#profile-filter")
     def filter_changed(self, event: Input.Changed) -> None:
         self.wanted = event.value.strip()
-        self._show_profiles()
+        self._show_profiles(best_first=True)
 
     @on(Input.Submitted, "#profile-filter")
     def filter_submitted(self, _event: Input.Submitted) -> None:

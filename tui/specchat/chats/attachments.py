@@ -2,9 +2,10 @@
 block named by its path, so the model — and the n-gram drafter — can copy from it.
 
 Only UTF-8 text files are attached, each at most ``MAX_BYTES`` (the context decides the rest: a message larger than
-it is refused in one line): a larger one, a binary one, a folder, or a path that names no file is refused in one line,
-and nothing is sent (the message stays in the prompt to be changed). A word that names no file and does not look like
-a path (``@alice``, ``@pytest.mark.parametrize``) is left as it is, and so is any ``@`` inside code (a fenced block, an
+it is refused in one line): a larger one, a binary one, a folder, or an explicit path that names no file is refused in
+one line, and nothing is sent (the message stays in the prompt to be changed). Explicit is quoted or starting where a
+path starts (``@./x``, ``@../x``, ``@/x``, ``@~/x``); any other word that names no file is everyday text (``@app.route``,
+``@types/node``, ``@john.doe``, ``@v1.2``) and is left as it is, and so is any ``@`` inside code (a fenced block, an
 inline `span`) — an attached file's text among it, when the message is edited and sent again.
 """
 
@@ -19,8 +20,7 @@ from ..errors import Refused
 MAX_BYTES = 64 * 1024
 MENTION = re.compile(r'(?<![^\s(\[])@(?:"([^"]+)"|(\S+))')
 CODE = re.compile(r"(`{3,}).*?(?:\1|\Z)|`[^`\n]*`", re.DOTALL)  # fenced blocks (to their end) and inline spans
-# A name that looks like a file's: letters, digits and path characters, with a folder or a short extension.
-PATHLIKE = re.compile(r"[\w.~/+-]*(?:/[\w.~/+-]*|\.[A-Za-z0-9]{1,5})")
+EXPLICIT = ("./", "../", "/", "~")  # where a path starts: such a word is meant as a file
 TRAILING = ".,;:!?)]"  # the end of a sentence or a bracket after a name: "see @notes.txt."
 LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go", ".c": "c",
              ".h": "c", ".cpp": "cpp", ".java": "java", ".rb": "ruby", ".sh": "sh", ".toml": "toml", ".json": "json",
@@ -41,16 +41,16 @@ def expand(text: str, base: Path) -> str:
             path = (base / Path(name).expanduser()).resolve()
             is_dir, is_file = path.is_dir(), path.is_file()
         except (OSError, RuntimeError) as exc:  # an unknown ~user, a symlink loop, a name too long
-            if not quoted and not PATHLIKE.fullmatch(name):
+            if not quoted and not name.startswith(EXPLICIT):
                 return match.group(0)
             raise Refused(f"@{name}: cannot be read as a path ({exc}) — give a path to a text file") from None
         if is_dir:
             raise Refused(f"@{name} is a folder — attach the files in it one by one (@{name.rstrip('/')}/…)")
         if not is_file:
-            if quoted or PATHLIKE.fullmatch(name):
+            if quoted or name.startswith(EXPLICIT):
                 raise Refused(f"@{name}: no such file (in {base.resolve()}) — give a path to a text file, or drop"
                               " the @")
-            return match.group(0)  # "@alice": a mention, not a file
+            return match.group(0)  # "@alice", "@app.route": everyday text, not a file
         if path not in seen:
             seen.add(path)
             blocks.append(_block(name, path))

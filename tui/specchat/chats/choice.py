@@ -15,10 +15,12 @@ from pathlib import Path
 from ..backends.config import RunConfig
 from ..engine import ModelSettings
 from ..engine.config import without_speculation
+from ..engine.drafters import METHODS
 from ..errors import Refused
 from ..profiles import Profile, run_config
+from ..profiles.schema import MAX_DRAFT
 
-LONGEST_DRAFT = 64  # the longest draft "auto" considers (n-grams); the verify batches' exactness cap may cut it
+LONGEST_DRAFT = MAX_DRAFT  # the toggles' range is the profiles': a profile's n_max = 100 is not cut to less by "/draft +"
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,8 @@ class Choice:
         """The configuration this choice means for ``profile`` (the one its name loads)."""
         config = run_config(profile)
         if self.draft is not None:
-            config = dataclasses.replace(config, draft=ModelSettings(self.draft, threads=config.target.threads),
-                                         spec=dataclasses.replace(config.spec, method="draft"))
+            config = dataclasses.replace(config, draft=self._draft_settings(config),
+                                         spec=dataclasses.replace(config.spec, method=self._draft_method(config)))
         if self.n_max is not None:
             n_min = config.spec.n_min if self.n_max == "auto" else min(config.spec.n_min, int(self.n_max))
             config = dataclasses.replace(config, spec=dataclasses.replace(config.spec, n_max=self.n_max, n_min=n_min))
@@ -41,6 +43,18 @@ class Choice:
             config = without_speculation(config)
             config = dataclasses.replace(config, spec=dataclasses.replace(config.spec, off_by_hand=True))
         return config
+
+    def _draft_settings(self, config: RunConfig) -> ModelSettings:
+        """The picked draft with the profile draft's settings (its GPU layers, its threads): only the file changed."""
+        assert self.draft is not None
+        if config.draft is not None:
+            return dataclasses.replace(config.draft, path=self.draft)
+        return ModelSettings(self.draft, threads=config.target.threads)
+
+    @staticmethod
+    def _draft_method(config: RunConfig) -> str:
+        """The profile's method where it reads a draft model (``ngram+draft`` stays combined), else ``draft``."""
+        return config.spec.method if METHODS[config.spec.method].draft_model else "draft"
 
     @property
     def same_profile(self) -> tuple[str, Path | None]:

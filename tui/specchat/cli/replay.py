@@ -7,6 +7,7 @@ import json
 import sys
 
 from ..errors import ConfigError
+from ..text import is_number
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +63,7 @@ def _chosen(chats: list, wanted: str):
         raise ConfigError("no chats are stored yet — chat first: `specchat` or `specchat repl`")
     if not wanted:
         return chats[0]  # the most recently updated
-    if wanted.isdigit():
+    if is_number(wanted):
         found = [c for c in chats if c.id == int(wanted)]
     else:
         words = wanted.lower().split()

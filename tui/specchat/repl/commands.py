@@ -21,6 +21,7 @@ from ..errors import SpecchatError, one_line
 from ..figures import DASH
 from ..profiles import available_profiles
 from ..profiles.favourites import favourite, load_favourites
+from ..text import is_number
 
 from . import chat_commands as editing
 from .shell import Interrupts
@@ -79,7 +80,7 @@ def _fav(repl: Repl, arg: str) -> None:
                  f"no favourites yet — list profiles as [favourites] profiles = [...] in {repl.settings.settings_file}",
                  "class:dim")
         return
-    if not arg.strip().isdigit():
+    if not is_number(arg):
         repl.say("usage: /fav [N] — the favourite profiles, or switch to favourite N", "class:warn")
         return
     _switched(repl, repl.load(favourite(repl.settings.settings_file, int(arg))))
@@ -90,7 +91,7 @@ def _draft(repl: Repl, arg: str) -> None:
     controller = repl.controller
     if arg in ("+", "-"):
         choice = controller.draft_length(1 if arg == "+" else -1)
-    elif arg == "auto" or arg.isdigit():
+    elif arg == "auto" or is_number(arg):
         choice = controller.draft_length_set("auto" if arg == "auto" else int(arg))
     else:
         repl.say(f"draft length {repl.backend.n_max if repl.backend else DASH} — /draft + or - (one token more or"
@@ -173,7 +174,7 @@ def _replay(repl: Repl, arg: str) -> None:
     if not numbers:
         repl.say("the last reply is empty: it has no step to replay", "class:dim")
         return
-    if arg and not (arg.isdigit() and int(arg) in numbers):
+    if arg and not (is_number(arg) and int(arg) in numbers):
         repl.say(f"usage: /replay [STEP] — the last reply's steps are 0 … {numbers[-1]}", "class:warn")
         return
     for i, step in enumerate(replay.steps):
@@ -201,7 +202,7 @@ def _chats(repl: Repl, _arg: str) -> None:
 
 
 def _open(repl: Repl, arg: str) -> None:
-    if repl.session.store is None or not arg.strip().isdigit():
+    if repl.session.store is None or not is_number(arg):
         repl.say("usage: /open N, N from /chats", "class:warn")
         return
     repl.controller.open_chat(int(arg))
