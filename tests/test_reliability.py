@@ -130,6 +130,62 @@ def test_a_failing_database_keeps_the_chat_in_memory_and_saving_resumes(tmp_path
     assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+def test_a_new_or_opened_chat_while_saves_fail_keeps_the_unsaved_turns(tmp_path):
+    """Ctrl+N / Ctrl+L (and /new, /open) while the store refuses writes dropped the turns only in memory, then said
+    "nothing of this chat was lost": now each is refused in one line and the turns stay, to be saved later."""
+    from specchat.errors import Refused
+
+    store = Store(tmp_path / "chats.sqlite3")
+    problems: list[tuple[str, bool]] = []
+    session = ChatSession(store, "tiny", None, lambda line, error: problems.append((line, error)))
+    chat_with_replies(session, 1)
+    other = session.id
+    session.new(None)
+    chat_with_replies(session, 1)
+    store.db.execute("PRAGMA query_only = ON")
+    chat_with_replies(session, 2)  # two more exchanges, only in memory
+    in_memory = as_saved(session)
+    for leave in (lambda: session.new(None), lambda: session.open(other), lambda: session.fork(0)):
+        with pytest.raises(Refused, match="does not accept writes now — .* once saving works again"):
+            leave()
+        assert as_saved(session) == in_memory and session.id != other  # nothing dropped, the same chat shown
+    store.db.execute("PRAGMA query_only = OFF")
+    session.open(other)  # saving works again: this chat is saved, then the other one opens
+    assert problems[-1] == (f"saving to {store.path} works again — nothing of this chat was lost", False)
+    assert session.id == other
+    chats = [c.id for c in store.conversations()]
+    (kept,) = [c for c in chats if c != other]
+    assert read_back(store, kept) == in_memory
+
+
+@pytest.mark.usefixtures("isolated_user_dirs")
+async def test_ctrl_n_in_the_app_while_saves_fail_keeps_the_chat_on_screen(settings):
+    """The same through the app: Ctrl+N with two turns only in memory is one error line, the chat stays shown."""
+    from conftest import notices
+    from test_app import SIZE, ask, ready
+
+    from specchat.app.chat_app import make_app
+
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        await ask(pilot, "Name a colour.")
+        app.session.store.db.execute("PRAGMA query_only = ON")
+        await ask(pilot, "And another?")
+        shown = [t.text for t in app.session.turns]
+        assert len(shown) == 4
+        await pilot.press("ctrl+n")
+        await pilot.pause(0.2)
+        assert [t.text for t in app.session.turns] == shown
+        assert any("does not accept writes now — start a new chat once saving works again" in n for n in notices(app))
+        app.session.store.db.execute("PRAGMA query_only = OFF")
+        await pilot.press("ctrl+n")
+        await pilot.pause(0.2)
+        assert app.session.turns == []
+    stored = Store(settings.db_path)
+    (chat,) = [c for c in stored.conversations() if stored.messages(c.id)]
+    assert [m.content for m in stored.messages(chat.id)] == shown  # all four saved once the store took writes
+
+
 def test_two_instances_on_one_database_both_keep_working(tmp_path):
     """Two stores (two specchats) save chats at once; a writer holding the lock makes the other wait, not fail."""
     path = tmp_path / "chats.sqlite3"

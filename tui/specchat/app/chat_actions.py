@@ -7,7 +7,7 @@ A mixin of ``SpecchatApp``; the chat controller opens, renames and exports, this
 from __future__ import annotations
 
 from ..chats.store import StoreError
-from ..errors import SpecchatError, one_line
+from ..errors import Refused, SpecchatError, one_line
 from .chat_list import ConversationsScreen
 from .screens import SystemPromptScreen
 
@@ -18,8 +18,12 @@ class ChatActions:
     def action_new_chat(self) -> None:
         if self.busy is not None:
             return
+        try:
+            self.controller.new_chat()
+        except Refused as exc:  # the store fails: this chat's unsaved turns stay on screen
+            self.notify(one_line(exc), severity="error")
+            return
         self.forget_selection()
-        self.controller.new_chat()
         self.show_turns()
         self.refresh_sidebar()
 
@@ -62,7 +66,7 @@ class ChatActions:
     def open_conversation(self, conversation_id: int) -> None:
         try:
             self.controller.open_chat(conversation_id)
-        except (StoreError, OSError) as exc:
+        except (StoreError, Refused, OSError) as exc:
             self.notify(one_line(exc), severity="error")
             return
         self.forget_selection()

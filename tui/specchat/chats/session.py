@@ -123,9 +123,7 @@ class ChatSession:
     def fork(self, index: int) -> None:
         """Continue in a new chat holding copies of turns 0 … ``index`` (this chat is saved and left as it is)."""
         self.save()
-        if self._failing:  # what is not saved of this chat lives only here: it is not left behind
-            raise Refused(f"{self.store.path} does not accept writes now — fork once saving works again (this chat"
-                          " would be left unsaved)")
+        self._refuse_leaving_unsaved("fork")
         copies = [turn_of(_stored(t)) for t in self.turns[: index + 1]]
         self.id, self.title = None, f"{self.title} (fork)".strip()
         self._start(copies)
@@ -149,8 +147,15 @@ class ChatSession:
             self.profile = profile
             self._meta_saved = False
 
+    def _refuse_leaving_unsaved(self, doing: str) -> None:
+        """Refused while the store fails: what is not saved of this chat lives only here, and is not left behind."""
+        if self._failing:
+            raise Refused(f"{self.store.path} does not accept writes now — {doing} once saving works again (this"
+                          " chat would be left unsaved)")
+
     def new(self, system_prompt: str | None) -> None:
         self.interrupt()
+        self._refuse_leaving_unsaved("start a new chat")
         self.id, self.title, self.system_prompt = None, "", system_prompt
         self._start([])
         self._meta_saved = True
@@ -165,6 +170,7 @@ class ChatSession:
         """Load a stored chat (a reply stored while streaming is shown as interrupted)."""
         assert self.store is not None
         self.interrupt()  # saved first: the chat opened may be this one
+        self._refuse_leaving_unsaved("open another chat")
         conversation = self.store.get(conversation_id)
         stored = self.store.messages(conversation_id)
         rows = self.store.branches(conversation_id)
