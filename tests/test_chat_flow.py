@@ -282,16 +282,31 @@ def test_ab_refuses_a_reply_made_under_another_target_or_context(tmp_path, user_
     profiles["tiny"].write_text(tiny)
     profiles["context"].write_text(tiny.replace("n_ctx = 4096", "n_ctx = 2048"))
     profiles["target"].write_text(tiny.replace('model = "embedded:target"', 'model = "embedded:draft"', 1))
+    profiles["template"] = tmp_path / "template.toml"
+    profiles["template"].write_text(tiny.replace("[chat]\n", '[chat]\ntemplate = "chatml"\n', 1))
     controller = controller_for(profiles["tiny"], max_tokens=16)
     try:
         ask(controller, "Name a colour.")
-        for name, change in (("context", "the context size"), ("target", "the target model")):
+        for name, change in (("context", "the context size"), ("target", "the target model"),
+                             ("template", "the chat template")):
             controller.profile_switched(controller.switch_profile(str(profiles[name])))
             with pytest.raises(Refused, match=f"the profile changed {change} since this reply"):
                 controller.compare()
             controller.profile_switched(controller.switch_profile(str(profiles["tiny"])))
+        # The plain arm would run under today's system prompt (the REPL's /system, the app's system prompt screen).
+        system = controller.session.system_prompt
+        controller.set_system_prompt("You are a pirate. Answer in pirate speak.")
+        with pytest.raises(Refused, match="the system prompt changed since this reply"):
+            controller.compare()
+        controller.set_system_prompt(system or "")
         result = controller.compare().run()  # back under the reply's own conditions: compared, and alike
         assert result is not None and result.identical is True
+        # A reply stored before its conditions were kept (an older specchat) cannot be vouched for.
+        record = controller.session.last_reply
+        for old in (None, {k: v for k, v in record.conditions.items() if k not in ("system_prompt", "chat_template")}):
+            record.conditions = old
+            with pytest.raises(Refused, match="stored before specchat kept what an A/B must share"):
+                controller.compare()
     finally:
         controller.close()
 

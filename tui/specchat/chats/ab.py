@@ -27,15 +27,22 @@ FRESH_CACHE_TITLE = ("A/B: the same prompt, target, context and sampling, not th
 FINISHED_BY_ITSELF = ("stop", "length", "loop")  # the plain arm stops by the same rules
 
 
-def conditions_of(config: RunConfig) -> dict[str, Any]:
-    """What both arms of an A/B must share with the reply (kept with the reply, so a reopened chat is checked too)."""
+NOT_RECORDED = ("this reply was stored before specchat kept what an A/B must share with it (the system prompt, the"
+                " template, the sampling): the arms might not decode alike — regenerate it (Ctrl+R, /retry), then"
+                " compare")
+
+
+def conditions_of(config: RunConfig, system_prompt: str | None) -> dict[str, Any]:
+    """What both arms of an A/B must share with the reply (kept with the reply, so a reopened chat is checked too):
+    the plain arm reruns the prompt under today's system prompt and profile."""
     s, loop = config.sampling, config.loop
     return {"n_ctx": config.n_ctx, "kv_cache": config.kv_cache,
             "sampling": [s.temperature, s.top_k, s.top_p, s.min_p, s.seed],
-            "loop": [loop.repeats, loop.min_tokens, loop.window] if loop is not None else None}
+            "loop": [loop.repeats, loop.min_tokens, loop.window] if loop is not None else None,
+            "chat_template": config.chat_template, "system_prompt": system_prompt}
 
 
-def refusal(record: ReplyRecord | None, config: RunConfig, target_id: str) -> str | None:
+def refusal(record: ReplyRecord | None, config: RunConfig, target_id: str, system_prompt: str | None) -> str | None:
     """Why the last reply cannot be compared now, as one line; None when it can."""
     if record is None or record.stats is None:
         return "A/B needs a finished reply to compare — ask something first"
@@ -45,18 +52,24 @@ def refusal(record: ReplyRecord | None, config: RunConfig, target_id: str) -> st
     if record.finish_reason not in FINISHED_BY_ITSELF:
         return (f"A/B compares a reply that finished by itself, and this one was {record.finish_reason} —"
                 " regenerate it (Ctrl+R, /retry), then compare")
-    now = conditions_of(config)
+    kept = record.conditions
+    if kept is None or "system_prompt" not in kept:
+        return NOT_RECORDED
+    now = conditions_of(config, system_prompt)
     changed = []
     if record.target_id != target_id:
         changed.append("the target model")
     for key, label in (("sampling", "the sampling"), ("n_ctx", "the context size"), ("kv_cache", "the KV cache"),
-                       ("loop", "when a reply stops in a loop")):
+                       ("loop", "when a reply stops in a loop"), ("chat_template", "the chat template")):
         # (A reply stored before specchat stopped loops ran without the rule: its missing "loop" is None.)
-        if record.conditions is not None and record.conditions.get(key) != now[key]:
+        if kept.get(key) != now[key]:
             changed.append(label)
-    if changed:
-        return (f"the profile changed {' and '.join(changed)} since this reply: the arms would not decode alike —"
-                " regenerate it (Ctrl+R, /retry), then compare")
+    parts = [f"the profile changed {' and '.join(changed)}"] if changed else []
+    if kept["system_prompt"] != system_prompt:
+        parts.append("the system prompt changed")
+    if parts:
+        return (f"{' and '.join(parts)} since this reply: the arms would not decode alike — regenerate it (Ctrl+R,"
+                " /retry), then compare")
     return None
 
 

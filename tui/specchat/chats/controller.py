@@ -269,7 +269,7 @@ class ChatController:
         backend = self.backend
         history = self.session.engine_messages(backend.target_id, upto=upto)
         record = self.session.add_reply(backend.target_id)
-        record.conditions = conditions_of(backend.config)
+        record.conditions = conditions_of(backend.config, self.session.system_prompt)
         self.cancel = threading.Event()
         return Exchange(backend, history, text, self.max_tokens, self.cancel)
 
@@ -351,7 +351,7 @@ class ChatController:
             raise Refused(self.why_not_send() or "")
         record = self.session.last_reply
         exchange = self.session.last_exchange()
-        why = refusal(record, self.backend.config, self.backend.target_id)
+        why = refusal(record, self.backend.config, self.backend.target_id, self.session.system_prompt)
         if why is not None or record is None or exchange is None:
             raise Refused(why or "A/B needs a reply to compare — ask something first")
         index, text = exchange
