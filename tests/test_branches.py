@@ -151,6 +151,20 @@ def refused(controller, exchange) -> str | None:
     return controller.failed(failure)
 
 
+def test_a_first_message_refused_before_it_began_leaves_no_title_and_no_chat(controller):
+    """A message too long for the context, refused, stayed as the chat's title (even after another message was sent)
+    and as an empty chat in the store."""
+    store = controller.session.store
+    secret = "my password is hunter2 " + HUGE
+    assert refused(controller, controller.begin(secret)) == secret
+    assert controller.session.turns == [] and controller.session.title == ""
+    assert store.conversations() == []
+    ask(controller, FIRST)
+    (chat,) = store.conversations()
+    assert chat.title == FIRST and "hunter2" not in chat.title
+    assert texts(reopened(controller))[0] == FIRST
+
+
 def test_an_edit_refused_before_it_began_restores_what_was_there(controller):
     ask(controller, FIRST)
     before = texts(controller.session)

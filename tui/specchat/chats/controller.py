@@ -334,6 +334,7 @@ class ChatController:
         began = self._began
         if not failure.started and began is not None:
             self.session.delete_from(began.position, began.shown_before)  # the version shown before, if any
+            self.session.forget_if_empty()
             return began.typed
         if record is not None and record.streaming:
             record.finish_reason = "error"

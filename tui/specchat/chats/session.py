@@ -115,6 +115,22 @@ class ChatSession:
         self._branches_saved = self._branches_saved and not forked
         self.save()
 
+    def forget_if_empty(self) -> None:
+        """A chat whose only exchange was refused before it began leaves no trace: neither the title its message gave
+        (a pasted secret, say) nor an empty chat in the store."""
+        if self.turns:
+            return
+        self.title, self._meta_saved = "", False
+        if self.id is None or self.store is None:
+            return
+        try:
+            self.store.delete(self.id)
+        except (sqlite3.Error, StoreError, OSError) as exc:
+            self.on_problem(f"cannot remove the empty chat from {self.store.path} ({exc}) — delete it from the chat"
+                            " list (ctrl+l) later", True)
+            return
+        self.id = None
+
     def rename(self, title: str) -> None:
         self.title = " ".join(title.split())
         self._meta_saved = False
