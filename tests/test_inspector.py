@@ -381,6 +381,36 @@ CLOCKS = {"elapsed", "t_prefill", "t_draft", "t_verify", "t_total", "ttft", "t_l
           "t_overhead", "threads"}
 
 
+async def test_the_replay_names_the_profile_the_reply_ran_under(settings):
+    """The replay's sidebar named today's profile: a reply made under tiny, replayed after a switch to ngram (and
+    reopened from the store), names tiny."""
+    from test_app import SIZE, ask as ask_in_app, wait_until
+
+    from specchat.app.chat_app import make_app
+    from specchat.app.replay_screen import ReplayScreen
+    from specchat.app.screens import ProfileScreen
+
+    settings.max_tokens = 16
+    for resume in (False, True):
+        settings.resume = resume
+        async with make_app(settings).run_test(size=SIZE) as pilot:
+            app = pilot.app
+            await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+            if not resume:
+                await ask_in_app(pilot, PROMPT)
+                await pilot.press("f2")
+                await wait_until(pilot, lambda: isinstance(app.screen, ProfileScreen))
+                for key in "ngram":
+                    await pilot.press(key)
+                await pilot.press("enter")
+                await wait_until(pilot, lambda: app.busy is None and app.controller.profile.name == "ngram")
+            await pilot.press("f9")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReplayScreen))
+            side = " ".join(app.screen.query_one("Sidebar").plain.split())
+            assert "tiny" in side and "ngram" not in side, side
+            await pilot.press("escape")
+
+
 def test_no_replay_without_chats_says_what_to_do():
     from test_bad_input import cli
 

@@ -6,6 +6,7 @@ Kept apart from ``chat_app`` (a mixin of ``SpecchatApp``): both only read the ch
 from __future__ import annotations
 
 from ..chats.replay import NO_TRACE
+from ..figures import DASH
 from .replay_screen import ReplayScreen
 from .widgets.inspector import Inspector
 from .widgets.prompt import PromptInput
@@ -53,7 +54,7 @@ class InspectingActions:
         replies = self.reply_views()
         title = f"reply {replies.index(view) + 1} of {len(replies)}"
         try:
-            screen = ReplayScreen(view.record, self.session.profile or "", title)
+            screen = ReplayScreen(view.record, view.record.profile or DASH, title)  # the profile it ran under
         except ValueError as exc:  # a damaged trace
             self.notify(str(exc), severity="warning")
             return

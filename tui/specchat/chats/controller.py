@@ -270,6 +270,7 @@ class ChatController:
         history = self.session.engine_messages(backend.target_id, upto=upto)
         record = self.session.add_reply(backend.target_id)
         record.conditions = conditions_of(backend.config, self.session.system_prompt)
+        record.profile = self.profile.name if self.profile is not None else ""
         self.cancel = threading.Event()
         return Exchange(backend, history, text, self.max_tokens, self.cancel)
 

@@ -32,6 +32,7 @@ class ReplyRecord:
     target_id: str = ""  # the model whose token ids ``tokens`` are
     reused_tokens: int | None = None  # prompt tokens already in the KV cache when the reply started
     conditions: dict | None = None  # what an A/B must share with this reply (``ab.conditions_of``)
+    profile: str = ""  # the profile the reply ran under ("" for replies stored before specchat kept it)
     # Every event of the reply as ``trace`` rows: what the inspector and the replay read (empty for replies stored
     # before specchat kept them).
     trace: list[Row] = field(default_factory=list)
@@ -69,7 +70,7 @@ class ReplyRecord:
             elif isinstance(event, ReplyFinished):
                 self.finish_reason = event.finish_reason
                 self.stats = event.stats.summary() | {"reused_tokens": self.reused_tokens,
-                                                      "conditions": self.conditions}
+                                                      "conditions": self.conditions, "profile": self.profile}
 
 
 Turn = UserTurn | ReplyRecord

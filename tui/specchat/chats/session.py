@@ -270,7 +270,7 @@ def turn_of(message: StoredMessage) -> Turn:
         segments=segments, tokens=None if tokens is None else list(tokens), ghosts=dict(message.ghosts),
         finish_reason=message.finish_reason or INTERRUPTED, stats=message.telemetry, target_id=message.target_id or "",
         conditions=telemetry.get("conditions") if isinstance(telemetry.get("conditions"), dict) else None,
-        trace=trace, trace_encoded=list(message.trace) if trace else [],
+        profile=telemetry["profile"] if isinstance(telemetry.get("profile"), str) else "", trace=trace, trace_encoded=list(message.trace) if trace else [],
     )
 
 
