@@ -157,3 +157,34 @@ def test_what_is_kept_comes_back_and_nonsense_is_refused():
     assert draft.seconds == pytest.approx(0.003, rel=0.02)
     assert LearnedDraftCost(0.002).restore(draft.state())
     assert not LearnedDraftCost(0.002).restore({"correction": 99, "weight": 1})
+
+
+def test_costs_are_kept_for_this_machine_and_build_and_a_model_is_known_by_its_weights(make_engine, target_path,
+                                                                                     tmp_path):
+    """A verify sweep (and its exactness cap) is trusted only on the machine and llama.cpp build that measured it;
+    a model file is known by its tensor data, not by its header alone (a large vocabulary fills the first MiB)."""
+    import hashlib
+
+    import llama_cpp
+
+    from specchat.engine.llama import model_identity
+    from specchat.engine.speculation import cost_key
+
+    engine = make_engine("none")
+    key = cost_key(engine.target, engine.ctx, engine.config.target)
+    with open("/proc/cpuinfo") as cpuinfo:
+        cpu = next(line.partition(":")[2].strip() for line in cpuinfo if line.startswith("model name"))
+    assert f"cpu={cpu}" in key and "|extra_bufts=" in key
+    assert hashlib.sha256(llama_cpp.llama_print_system_info()).hexdigest()[:12] in key  # the build, as llama.cpp says
+    assert "gpu=" not in key  # no layer runs on a GPU here
+
+    data = target_path.read_bytes()
+    head = 1 << 20
+    moved = tmp_path / "moved.gguf"
+    moved.write_bytes(data)
+    assert model_identity(moved) == model_identity(target_path)  # a copy, moved and renamed: the same model
+    for name, other in (("new-weights.gguf", data[:head] + data[head:][::-1]),  # the same header, other weights
+                        ("last-byte.gguf", data[:-1] + bytes([data[-1] ^ 1]))):
+        path = tmp_path / name
+        path.write_bytes(other)
+        assert model_identity(path) != model_identity(target_path), name

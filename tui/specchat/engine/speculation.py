@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-import llama_cpp as lc
 import numpy as np
 
 from .. import paths
+from . import machine
 from .adaptive import AUTO_K_MAX, Adaptive
 from .auto import VerifyCost
 from .auto_memory import AutoMemory
@@ -189,6 +189,7 @@ class Speculation:
 
 
 def cost_key(model: Model, ctx: Context, settings: ModelSettings) -> str:
-    """What a measured cost holds for: the model, its threads, GPU layers and KV cache, and llama.cpp's version."""
+    """What a measured cost holds for: the model, its threads, GPU layers and KV cache, this machine and this build
+    of llama.cpp (engine/machine.py)."""
     return (f"{model.identity}|threads={settings.threads}|gpu_layers={settings.n_gpu_layers}|kv={ctx.kv_cache}"
-            f"|llama.cpp {lc.__version__}")
+            f"|{machine.fingerprint(settings.n_gpu_layers)}")
