@@ -203,9 +203,11 @@ def test_spec_bench_sample_runs_both_turns_and_reports_per_category(tmp_path):
     for run in (spec, plain):
         assert run["extra"]["turns"] == 2 and len(run["extra"]["generated_turns"]) == 2
         assert sum(run["extra"]["generated_turns"]) == run["generated"] == len(run["tokens"])
-        _first, second = run["extra"]["prefill_turns"]
-        # The second turn's prompt holds the first turn and the runner's own reply to it.
-        assert second > run["extra"]["generated_turns"][0]
+        first, second = run["extra"]["prompt_turns"]
+        # The second turn's prompt holds the first turn and the runner's own reply to it, whose tokens are in the
+        # KV cache already: the second prefill decodes only the new turn.
+        assert second > first + run["extra"]["generated_turns"][0]
+        assert run["extra"]["prefill_turns"][1] < second - first
         assert run["extra"]["ttft_turns"][0] == run["ttft"] > 0
     assert spec["tokens"] == plain["tokens"]  # greedy: both turns identical to plain decoding
     assert measured[("qa-321", "specchat none")]["extra"]["turns"] == 1
@@ -228,6 +230,9 @@ def test_spec_bench_sample_runs_both_turns_and_reports_per_category(tmp_path):
     assert overall["speedup"] == pytest.approx(sum(tps) / sum(base_tps)) and overall["questions"] == 2
     assert "category" in result.stdout and "tokens/step" in result.stdout and "overall" in result.stdout
     assert "runs, about" in result.stderr and "left" in result.stderr  # progress: runs done and the time left
+    decode = [spec["extra"]["decode_s"], plain["extra"]["decode_s"]]
+    assert all(d > 0 for d in decode)
+    assert spec["decode_tps"] == pytest.approx((spec["generated"] - 2) / spec["extra"]["decode_s"])
 
 
 def test_spec_bench_questions_are_drawn_per_category(tmp_path):
@@ -282,6 +287,9 @@ def test_category_report_on_a_worked_example():
      ":2: not a JSON object"),
     (['{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}', '{"question_id": 2, "category": "qa"}'],
      ":2: 'turns' is missing"),
+    (['{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}',
+      '{"question_id": 1, "category": "rag", "turns": ["Who wrote Macbeth?"]}'],
+     ":2: question_id 1 is already at line 1"),
 ])
 def test_malformed_question_lines_are_skipped_with_one_line_each(tmp_path, lines, expected):
     path = tmp_path / "question.jsonl"
@@ -299,6 +307,7 @@ def test_malformed_question_lines_are_skipped_with_one_line_each(tmp_path, lines
     (("--suite", "spec-bench", "--per", "11", "--categories", "writing"), "--per 11 is larger than category 'writing' (10 questions)"),
     (("--suite", "spec-bench", "--questions", "9999"), "--questions: no question with id 9999"),
     (("--per", "2",), "--per, --questions and --categories choose Spec-Bench questions"),
+    (("--suite", "spec-bench", "--questions", "81", "--per", "1"), "give --questions or --per, not both"),
     (("--suite", "spec-bench", "--max-tokens", "0"), "--max-tokens must be ≥ 1, got 0"),
 ])
 def test_impossible_spec_bench_choices_are_one_clear_line(tmp_path, args, fragment):

@@ -21,7 +21,7 @@ def _duration(seconds: float) -> str:
 class Progress:
     def __init__(self, stream: TextIO, *, bar: bool) -> None:
         self.stream, self.bar = stream, bar
-        self.total = self.done_runs = 0
+        self.total = self.done_runs = self.timed_runs = 0
         self.started = time.monotonic()
         self._drawn = False
 
@@ -30,13 +30,13 @@ class Progress:
         return cls(stream, bar=stream.isatty())
 
     def start(self, total: int) -> None:
-        self.total, self.done_runs, self.started = total, 0, time.monotonic()
+        self.total, self.done_runs, self.timed_runs, self.started = total, 0, 0, time.monotonic()
 
     def left(self) -> str:
         """Runs done of all, and an estimate of the time left once one run has been timed."""
         text = f"{self.done_runs}/{self.total} runs"
-        if self.done_runs:
-            per_run = (time.monotonic() - self.started) / self.done_runs
+        if self.timed_runs:  # runs skipped took no time: the mean is over those that ran
+            per_run = (time.monotonic() - self.started) / self.timed_runs
             text += f", about {_duration(per_run * (self.total - self.done_runs))} left"
         return text
 
@@ -56,6 +56,7 @@ class Progress:
         else:
             print(f"  {message} ({self.left()})", file=self.stream, flush=True)
         self.done_runs += 1
+        self.timed_runs += 1
 
     def skip(self) -> None:
         """A run that will not happen (its runner failed this task)."""

@@ -50,8 +50,9 @@ def _decode_tps(generated: int, total: float, ttft: float | None) -> float | Non
     return (generated - 1) / (total - ttft)
 
 
-def _decode_seconds(turn: RunResult) -> float | None:
-    return (turn.generated - 1) / turn.decode_tps if turn.decode_tps else None
+def _decode_s(ttft: float | None, last: float | None) -> float | None:
+    """Seconds from a turn's first token to its last (0 for a one-token turn); None where it was not timed."""
+    return last - ttft if ttft is not None and last is not None else None
 
 
 def combine_turns(runner: str, task: str, rep: int, turns: list[RunResult], *, spec: bool,
@@ -59,9 +60,12 @@ def combine_turns(runner: str, task: str, rep: int, turns: list[RunResult], *, s
     """One result for a question of one or more turns, as Spec-Bench sums a question's tokens and times over its
     turns: decode tok/s over every turn's decoding (each turn's prefill and first token apart), the question's TTFT
     that of its first turn (each turn's in ``extra``), counters summed."""
-    seconds = [_decode_seconds(t) for t in turns]
-    decoded = sum(t.generated - 1 for t in turns)
-    decode_tps = decoded / sum(seconds) if all(s for s in seconds) and decoded > 0 else None
+    # Each turn's decoding time from its first token to its last, summed: a short turn whose tokens came in one step
+    # (a second turn copied whole) has no rate of its own, but its time and tokens still count.
+    seconds = [t.extra.get("decode_s") for t in turns]
+    decoded = sum(max(t.generated - 1, 0) for t in turns)
+    timed = all(s is not None for s in seconds) and sum(seconds) > 0  # type: ignore[arg-type]
+    decode_tps = decoded / sum(seconds) if timed and decoded > 0 else None  # type: ignore[arg-type]
     drafted = sum(t.drafted or 0 for t in turns)
     accepted = sum(t.accepted or 0 for t in turns)
     steps = sum(int(t.extra.get("steps", 0)) for t in turns)
@@ -70,7 +74,9 @@ def combine_turns(runner: str, task: str, rep: int, turns: list[RunResult], *, s
     for key in ("prefill_tokens", "t_prefill", "t_draft", "t_verify", "t_overhead", "steps", "drafting_steps"):
         if key in extra:
             extra[key] = sum(t.extra[key] for t in turns)  # type: ignore[misc]
+    extra["decode_s"] = sum(seconds) if timed else None  # type: ignore[arg-type]
     extra.update(turns=len(turns), ttft_turns=[t.ttft for t in turns], generated_turns=[t.generated for t in turns],
+                 prompt_turns=[t.extra.get("prompt_tokens") for t in turns],
                  prefill_turns=[t.extra.get("prefill_tokens") for t in turns],
                  finish_turns=[t.extra.get("finish_reason") for t in turns])
     # Spec-Bench's "mean accepted tokens": the tokens each target step yields (1.00 for plain decoding), where the
@@ -124,7 +130,8 @@ class BackendRunner:
                 turn = self._turn(history, prompt, task.max_tokens)
                 turns.append(turn)
                 # The next turn follows this runner's own reply, as Spec-Bench runs MT-bench's second turn.
-                history += [Message("user", prompt), Message("assistant", turn.text)]
+                history += [Message("user", prompt), Message("assistant", turn.text, turn.tokens,
+                                                             str(turn.extra.get("finish_reason")))]
         except SpecchatError as exc:
             raise PeerError(f"{self.label} failed on task {task.name}: {exc}") from None
         return combine_turns(self.label, task.name, rep, turns, spec=self.config.spec.method != "none",
@@ -144,9 +151,10 @@ class BackendRunner:
             runner=self.label, task="", rep=0, ttft=stats.ttft, total=stats.t_total,
             generated=stats.generated, decode_tps=stats.decode_tps, text=finished.text, tokens=tokens,
             drafted=stats.drafted, accepted=stats.accepted,
-            extra={"prefill_tokens": stats.prefill_tokens, "t_prefill": stats.t_prefill, "t_draft": stats.t_draft,
+            extra={"prompt_tokens": stats.prompt_tokens, "prefill_tokens": stats.prefill_tokens,
+                   "t_prefill": stats.t_prefill, "t_draft": stats.t_draft,
                    "t_verify": stats.t_verify, "t_overhead": stats.t_overhead, "steps": stats.steps,
-                   "drafting_steps": stats.drafting_steps, "n_max_final": stats.n_max,
+                   "drafting_steps": stats.drafting_steps, "decode_s": _decode_s(stats.ttft, stats.t_last_token), "n_max_final": stats.n_max,
                    "speculation_active": stats.speculation_active, "finish_reason": finished.finish_reason},
         )
 
@@ -236,7 +244,10 @@ class LlamaCppPythonRunner:
         turns = []
         for prompt in task.turns():
             messages.append(Message("user", prompt))
-            turn = self._turn(messages, task.max_tokens)
+            try:
+                turn = self._turn(messages, task.max_tokens)
+            except ValueError as exc:  # llama-cpp-python's word for a prompt larger than the context, among others
+                raise PeerError(f"{self.label} failed on task {task.name}: {exc}") from None
             turns.append(turn)
             messages.append(Message("assistant", turn.text))
         return combine_turns(self.label, task.name, rep, turns, spec=False)
@@ -269,7 +280,7 @@ class LlamaCppPythonRunner:
                     break
         total = time.perf_counter() - start
         return RunResult(self.label, "", 0, ttft, total, len(chunks), _decode_tps(len(chunks), total, ttft),
-                         "".join(chunks), extra={"finish_reason": finish})
+                         "".join(chunks), extra={"finish_reason": finish, "decode_s": _decode_s(ttft, total)})
 
     def close(self) -> None:
         self.llm.close()

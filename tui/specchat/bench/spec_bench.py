@@ -47,7 +47,8 @@ def _question(number: int, line: str, label: str, max_tokens: int) -> Task:
     if not isinstance(qid, int | str) or isinstance(qid, bool):
         raise ConfigError(f"{where}: 'question_id' must be a number or a string")
     return Task(name=f"{category}-{qid}", prompt=turns[0], kind=category, max_tokens=max_tokens,
-                copy_heavy=category in COPY_HEAVY, category=category, follow_ups=tuple(turns[1:]))
+                copy_heavy=category in COPY_HEAVY, category=category, follow_ups=tuple(turns[1:]),
+                question_id=str(qid))
 
 
 def read_questions(path: Path, *, max_tokens: int = MAX_TOKENS) -> tuple[list[Task], list[str]]:
@@ -59,13 +60,21 @@ def read_questions(path: Path, *, max_tokens: int = MAX_TOKENS) -> tuple[list[Ta
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read question file {path}: {exc}") from None
     tasks, problems = [], []
+    first_line: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            tasks.append(_question(number, line, str(path), max_tokens))
+            task = _question(number, line, str(path), max_tokens)
         except ConfigError as exc:
             problems.append(f"skipped: {exc}")
+            continue
+        if task.question_id in first_line:  # two rows of one question would be summarised as one
+            problems.append(f"skipped: {path}:{number}: question_id {task.question_id} is already at line"
+                            f" {first_line[task.question_id]}")
+            continue
+        first_line[task.question_id] = number
+        tasks.append(task)
     if not tasks:
         raise ConfigError(f"{path}: no question could be read — each line is a JSON object with 'category' and 'turns'")
     return tasks, problems
@@ -90,12 +99,14 @@ def select(tasks: list[Task], selection: Selection) -> list[Task]:
             raise ConfigError(f"--categories: unknown category {category!r} — choose from {', '.join(by_category)}")
     chosen = [t for t in tasks if not selection.categories or t.category in selection.categories]
     if selection.questions:
-        by_id = {t.name.rsplit("-", 1)[1]: t for t in chosen}
+        if selection.per is not None:
+            raise ConfigError("give --questions or --per, not both — --questions names the questions, --per draws them")
+        by_id = {t.question_id: t for t in chosen}
         missing = [q for q in selection.questions if q not in by_id]
         if missing:
             raise ConfigError(f"--questions: no question with id {missing[0]}"
                               + (" in the chosen categories" if selection.categories else ""))
-        return [by_id[q] for q in selection.questions]
+        return [by_id[q] for q in dict.fromkeys(selection.questions)]  # a question named twice runs once
     if selection.per is None:
         return chosen
     if selection.per < 1:

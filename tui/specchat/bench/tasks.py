@@ -28,6 +28,7 @@ class Task:
     # turn), each asked after the runner's own reply to the turn before, as Spec-Bench runs them.
     category: str = ""
     follow_ups: tuple[str, ...] = ()
+    question_id: str = ""  # Spec-Bench's question_id, what --questions names
 
     def turns(self) -> tuple[str, ...]:
         return (self.prompt, *self.follow_ups)
