@@ -138,15 +138,16 @@ class PlainDecoding:
             self.answer([], "Hi.", max_tokens=1)
         return next(iter(self._backends.values())).engine.target.piece(token)
 
-    def chat(self, texts: tuple[str, ...], *, n_ctx: int = 2048, max_tokens: int = 40,
-             loop: bool = True) -> list[tuple[list[int], str]]:
-        """Plain replies to ``texts`` in one chat."""
+    def chat(self, texts: tuple[str, ...], *, n_ctx: int = 2048, max_tokens: int = 40, loop: bool = True,
+             as_text: bool = False) -> list[tuple[list[int], str]]:
+        """Plain replies to ``texts`` in one chat; ``as_text``: earlier replies go on as their text alone, as they do
+        through a server that sends no token ids (a reply cut inside a character then lacks its unfinished bytes)."""
         history = [Message("system", SYSTEM)]
         replies = []
         for text in texts:
             ids, reply = self.answer(history, text, n_ctx=n_ctx, max_tokens=max_tokens, loop=loop)
             replies.append((ids, reply))
-            history += [Message("user", text), Message("assistant", reply, ids)]
+            history += [Message("user", text), Message("assistant", reply, None if as_text else ids)]
         return replies
 
     def close(self) -> None:

@@ -74,6 +74,25 @@ def measured_costs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def cheap_verify(tmp_path, monkeypatch) -> None:
+    """Verify costs as on a GPU, where a batch of b rows costs about one step: "auto" then drafts whatever might be
+    accepted, so its drafts are what the exactness check judges. On this CPU the sweep decides, and a noisy minute's
+    sweep left "auto" drafting nothing — an equality that tested no draft. The exact-batch cap stays measured."""
+    import specchat.engine.speculation as speculation
+    from specchat.engine.auto import VerifyCost
+
+    measure = speculation.measure_verify_cost
+
+    def gpu_like(ctx, token, sizes):
+        real = measure(ctx, token, sizes)
+        step = real.seconds[0]
+        return VerifyCost(real.sizes, tuple(step * (1 + 0.02 * (b - 1)) for b in real.sizes), real.exact)
+
+    monkeypatch.setattr(speculation, "measure_verify_cost", gpu_like)
+    monkeypatch.setattr(paths, "verify_costs_file", lambda: tmp_path / "gpu-like-costs.json")
+
+
+@pytest.fixture
 def user_cache(tmp_path, draft_path, measured_costs) -> Iterator[Path]:
     """The isolated user cache with the session's embedded draft in it (instead of deriving it again)."""
     cache = tmp_path / "home" / ".cache" / "specchat"

@@ -66,28 +66,47 @@ def test_a_server_stream_stops_while_the_server_is_still_reading_the_prompt(targ
 # -- 10. the badge follows drafting that stops mid-reply -----------------------------------------------------------
 
 
+# Prompts whose greedy replies, on the machines tried, bring one of the vocabulary's last 128 tokens (" Fountain")
+# mid-reply; greedy text moves with the processor, so the test takes the first that does here.
+FOUNTAIN_PROMPTS = ("Name a famous fountain in Rome.", "What is the most famous fountain in Rome called?",
+                    "Which fountain in Rome do tourists throw coins into?")
+
+
 def test_drafting_blocked_mid_reply_switches_the_badge_then(target_path, tmp_path):
-    """The draft lacks the target's last 128 tokens; " Fountain" (49042) comes mid-reply. The badge stayed ACTIVE."""
+    """The draft lacks the target's last 128 tokens and one of them comes mid-reply. The badge stayed ACTIVE."""
     draft = write_variant(target_path, tmp_path / "smaller.gguf", drop_tokens=128)
     from specchat.engine.core import Engine
 
-    engine = Engine(EngineConfig(ModelSettings(target_path, threads=THREADS), ModelSettings(draft, threads=THREADS),
-                                 SpecConfig("draft", n_max=4), n_ctx=1024, system_prompt="You are a helpful assistant."))
-    try:
-        run = Run(list(engine.reply("Name a famous fountain in Rome.", max_tokens=40)))
-    finally:
-        engine.close()
+    def reply(prompt: str, draft_model: ModelSettings | None) -> Run:
+        engine = Engine(EngineConfig(ModelSettings(target_path, threads=THREADS), draft_model,
+                                     SpecConfig("draft" if draft_model else "none", n_max=4), n_ctx=1024,
+                                     system_prompt="You are a helpful assistant."))
+        try:
+            return Run(list(engine.reply(prompt, max_tokens=40)))
+        finally:
+            engine.close()
+
+    unreadable = 49152 - 128  # SmolLM2's vocabulary, less what the draft lacks
+    for prompt in FOUNTAIN_PROMPTS:
+        plain = reply(prompt, None).ids
+        late = [i for i, t in enumerate(plain) if t >= unreadable]
+        if late and 0 < late[0] < len(plain) - 5:
+            break
+    else:
+        pytest.fail("no prompt brings one of the last 128 tokens mid-reply on this machine")
+    blocked = plain[late[0]]
+    run = reply(prompt, ModelSettings(draft, threads=THREADS))
     ids = run.ids
-    assert 49042 in ids and ids.index(49042) < len(ids) - 5
+    assert ids == plain  # the draft's failure to read a token changes nothing of the reply
     changed = [i for i, e in enumerate(run.events) if isinstance(e, SpeculationChanged)]
     assert changed, "no SpeculationChanged when drafting stopped"
     state = run.events[changed[0]].speculation
-    assert not state.active and "cannot read token 49042" in state.reason
+    assert not state.active and f"cannot read token {blocked}" in state.reason
     from specchat.engine.events import StepVerified
 
     step_ends = [i for i, e in enumerate(run.events[:changed[0]]) if isinstance(e, StepVerified)]
     last_step = run.events[step_ends[-1] + 1:changed[0]]  # the step's events come before its StepVerified
-    assert any(isinstance(e, TokenEmitted) and e.token == 49042 for e in last_step)  # right after the step that brought it
+    assert any(isinstance(e, TokenEmitted) and e.token == blocked for e in last_step)  # right after the step that brought it
     live = LiveTelemetry()
     live.consume(run.events[:changed[0] + 1])
     assert live.generating and not live.speculation.active  # the badge changed while the reply streams

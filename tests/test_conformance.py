@@ -14,7 +14,7 @@ from backend_kinds import KINDS, MULTIBYTE, SYSTEM, TURNS, Servers, ask, control
 from specchat.chats.ab import FRESH_CACHE_TITLE, SAME_CACHE_TITLE
 from specchat.chats.controller import Refused
 from specchat.engine import Message
-from specchat.engine.events import ContextTrimmed, TokenEmitted
+from specchat.engine.events import ContextTrimmed, ReplyFinished, TokenEmitted
 from specchat.errors import BackendError
 from test_loops import LIMIT, LOOPS, loop_cut
 
@@ -93,6 +93,34 @@ def test_multibyte_replies_are_whole_with_every_token_id(kind, profile, plain):
         assert all("\ufffd" not in reply for _, reply in expected)
         if kind != "remote-openai":
             assert split_characters >= 10  # the prompts did make characters that span tokens
+    finally:
+        controller.close()
+
+
+def cut_inside_a_character(plain, text: str) -> int:
+    """A token limit at which plain decoding's reply to ``text`` ends inside a UTF-8 character."""
+    ids, _ = plain.answer([Message("system", SYSTEM)], text, max_tokens=40)
+    for limit in range(1, len(ids) + 1):
+        try:
+            b"".join(plain.piece(t) for t in ids[:limit]).decode("utf-8")
+        except UnicodeDecodeError:
+            return limit
+    raise AssertionError("no character of the reply spans tokens")
+
+
+def test_a_reply_cut_inside_a_character_ends_at_the_last_whole_one(kind, profile, plain):
+    """At the token limit inside a CJK character the engine's text ended in U+FFFD while the reply shown (and stored)
+    left the unfinished bytes out: the two disagreed, and the next turn's history carried the U+FFFD."""
+    limit = cut_inside_a_character(plain, MULTIBYTE[0])
+    ids, text = plain.answer([Message("system", SYSTEM)], MULTIBYTE[0], max_tokens=limit)
+    whole = b"".join(plain.piece(t) for t in ids).decode("utf-8", "ignore")
+    assert len(ids) == limit and text == whole and "\ufffd" not in text  # an independent decode of the same ids
+    controller = controller_for(profile(), max_tokens=limit)
+    try:
+        finished = []
+        record = ask(controller, MULTIBYTE[0], on_event=lambda e: finished.append(e) if isinstance(e, ReplyFinished) else None)
+        same(kind, record, (ids, text))
+        assert [e.text for e in finished] == [text]  # the text the backend's own conversation goes on from
     finally:
         controller.close()
 

@@ -75,7 +75,9 @@ def check_accounting(r: Run) -> None:
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_greedy_speculation_equals_plain_decoding(variant, baseline, make_engine):
+def test_greedy_speculation_equals_plain_decoding(variant, baseline, make_engine, request):
+    if variant == "ngram+draft-auto":
+        request.getfixturevalue("cheap_verify")
     engine = make_engine(**VARIANTS[variant])
     total_drafted = total_accepted = copied = by_model = 0
     for prompt in PROMPTS:
@@ -90,9 +92,7 @@ def test_greedy_speculation_equals_plain_decoding(variant, baseline, make_engine
         by_model += r.finished.stats.drafting_steps - r.finished.stats.copied_steps
     # The comparison only means something if drafts were really verified, some accepted and some rejected.
     assert total_drafted > 50 or variant == "ngram+draft-auto"  # "auto" keeps the embedded draft model off on a CPU
-    # "auto" verifies what the measured costs say pays: whether one of those copies is rejected is the machine's say
-    # (a costly sweep leaves only long, right ones); the fixed variants reject some, every time.
-    assert 0 < total_accepted < total_drafted or variant == "ngram+draft-auto" and 0 < total_accepted == total_drafted
+    assert 0 < total_accepted < total_drafted
     if variant.startswith("ngram+draft"):  # copies where the chat had a match; otherwise (fixed n_max) the model
         assert copied > 2 and (by_model > 20 or variant == "ngram+draft-auto")
 

@@ -200,7 +200,8 @@ def test_the_source_of_a_copy_is_found_in_the_turn_it_came_from():
     assert copy_source(texts, "zebra") is None and copy_source(texts, "xx a") is None
 
 
-async def test_the_inspector_underlines_what_an_ngram_draft_copied(tmp_path, settings):
+async def test_the_inspector_underlines_what_an_ngram_draft_copied(tmp_path, settings, cheap_verify):
+    """An ngram profile drafts by the measured costs: a noisy sweep let it copy nothing here, and nothing was judged."""
     from test_app import SIZE, ask as ask_in_app, wait_until
 
     from specchat.app.chat_app import make_app

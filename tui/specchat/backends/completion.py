@@ -204,7 +204,7 @@ class CompletionStream:
             yield dataclasses.replace(step, n_max=request.n_max, context_used=context)
 
     def _end(self, reply: _Reply, finish: str | None) -> str:
-        text = "".join(reply.pieces) + reply.decoder.decode(b"", final=True)
+        text = "".join(reply.pieces)  # as the engine's: an unfinished character's bytes were never shown
         chat = self.chat
         if chat is not None:
             chat.end_turn(text, reply.tokens if reply.ids_known else None, finish)

@@ -363,7 +363,9 @@ class Engine:
     def _end_reply(self, reply: _Reply, recall: list[int], finish: str) -> str:
         """The reply joins the conversation as far as it was shown; returns its text."""
         stats = reply.stats
-        text = "".join(reply.text) + reply.decoder.decode(b"", final=True)
+        # Bytes of a character the reply was cut inside are not text (llama.cpp's server holds them back too): the
+        # text is what was shown, and the tokens keep every byte.
+        text = "".join(reply.text)
         final_state = self.speculation_state()
         stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
         self.chat.end_turn(text, list(reply.tokens), finish)
