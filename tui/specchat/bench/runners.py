@@ -32,7 +32,7 @@ class RunResult:
     ttft: float | None
     total: float
     generated: int
-    decode_tps: float | None
+    decode_tps: float | None  # a question's, over all its turns (combine_turns); None on a single turn's result
     text: str
     tokens: list[int] | None = None
     drafted: int | None = None
@@ -42,12 +42,6 @@ class RunResult:
     peak_rss: int | None = None
     vram_process: int | None = None
     extra: dict[str, object] = field(default_factory=dict)
-
-
-def _decode_tps(generated: int, total: float, ttft: float | None) -> float | None:
-    if generated < 2 or ttft is None or total <= ttft:
-        return None
-    return (generated - 1) / (total - ttft)
 
 
 def _decode_s(ttft: float | None, last: float | None) -> float | None:
@@ -149,7 +143,7 @@ class BackendRunner:
         stats = finished.stats
         return RunResult(
             runner=self.label, task="", rep=0, ttft=stats.ttft, total=stats.t_total,
-            generated=stats.generated, decode_tps=stats.decode_tps, text=finished.text, tokens=tokens,
+            generated=stats.generated, decode_tps=None, text=finished.text, tokens=tokens,
             drafted=stats.drafted, accepted=stats.accepted,
             extra={"prompt_tokens": stats.prompt_tokens, "prefill_tokens": stats.prefill_tokens,
                    "t_prefill": stats.t_prefill, "t_draft": stats.t_draft,
@@ -279,7 +273,7 @@ class LlamaCppPythonRunner:
                     stream.close()
                     break
         total = time.perf_counter() - start
-        return RunResult(self.label, "", 0, ttft, total, len(chunks), _decode_tps(len(chunks), total, ttft),
+        return RunResult(self.label, "", 0, ttft, total, len(chunks), None,
                          "".join(chunks), extra={"finish_reason": finish, "decode_s": _decode_s(ttft, total)})
 
     def close(self) -> None:
