@@ -292,6 +292,63 @@ def test_search_finds_the_versions_a_chat_keeps_unshown(tmp_path):
     assert store.search("haiku") == [] and store.db.execute("SELECT count(*) FROM branches_fts").fetchone() == (0,)
 
 
+def nested_versions(store: Store) -> int:
+    """A chat whose first reply, mentioning a lighthouse, was regenerated, and whose question was then edited: the
+    lighthouse is in a version kept inside the question's first version."""
+    chat = _chat(store, "Coast", "Describe the coast.", "A lighthouse stands on the cliff.")
+    session = ChatSession(store, "tiny", None, lambda line, error: None)
+    session.open(chat)
+    session.branch(1)
+    finished_reply(session, "Waves break on the rocks.")
+    session.branch(0)
+    session.add_user("Describe the harbour.")
+    finished_reply(session, "Boats rest at the quay.")
+    return chat
+
+
+def test_a_hit_in_a_nested_version_shows_that_version(tmp_path):
+    """Opening the hit showed the question's first version with the regenerated reply: the word was not on screen."""
+    store = Store(tmp_path / "chats.sqlite3")
+    chat = nested_versions(store)
+    (hit,) = store.search("lighthouse")
+    assert (hit.position, hit.ordinal) == (0, 0)
+    session = ChatSession(store, "tiny", None, lambda line, error: None)
+    session.open(chat)
+    session.show_alternative(hit.position, hit.ordinal)
+    assert [t.text for t in session.turns] == ["Describe the coast.", "Waves break on the rocks."]  # the outer version
+    assert session.reveal(hit.position, "lighthouse") == 1
+    assert [t.text for t in session.turns] == ["Describe the coast.", "A lighthouse stands on the cliff."]
+    assert session.alternatives(0) == (1, 2) and session.alternatives(1) == (1, 2)
+    reopened = ChatSession(store, "tiny", None, lambda line, error: None)
+    reopened.open(chat)  # what is shown is saved
+    assert reopened.turns[1].text == "A lighthouse stands on the cliff."
+    assert session.reveal(0, "zebra") is None and session.reveal(0, "harbour") == 0  # in the other version of #1
+    assert [t.text for t in session.turns] == ["Describe the harbour.", "Boats rest at the quay."]
+
+
+async def test_the_app_opens_a_hit_in_a_nested_version_at_the_message_holding_it(tmp_path):
+    from specchat.app.chat_app import make_app
+    from specchat.app.settings import Settings
+
+    store = Store(tmp_path / "chats.sqlite3")
+    nested_versions(store)
+    store.close()
+    settings = Settings(db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml",
+                        exports=tmp_path / "exports", autoload=False, resume=False)
+    async with make_app(settings).run_test(size=(120, 40)) as pilot:
+        app = pilot.app
+        await pilot.press("ctrl+l")
+        await pilot.pause()
+        app.screen.query_one("#chat-search").value = "lighthouse"
+        await pilot.pause()
+        assert [h.where for h in app.screen.hits] == ["a version of #1 not shown"]
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert [t.text for t in app.session.turns] == ["Describe the coast.", "A lighthouse stands on the cliff."]
+        assert app.selected == 1  # the message that holds the word, selected
+        assert "lighthouse" in " ".join(view.text for view in app.query("ReplyView"))  # on screen
+
+
 def test_odd_searches_find_what_they_say(tmp_path):
     store = Store(tmp_path / "chats.sqlite3")
     _chat(store, "Odd", 'He said "NEAR" or OR, and a_b', "snake_case and 100%")

@@ -10,12 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.app import App, ComposeResult
 
 from recorded import load
 from specchat.app.chat_app import SpecchatApp, make_app
 from specchat.app.engine_thread import Activity
 from specchat.app.settings import Settings
-from specchat.engine.events import ReplyFinished
+from specchat.app.widgets.sidebar import LABEL_WIDTH, MemorySnapshot, ProfileInfo, Sidebar
+from specchat.engine.events import ReplyFinished, ThreadsAdjusted
+from specchat.engine.reference import PlainReference
+from specchat.telemetry.live import LiveTelemetry
 from specchat.telemetry.memory import GpuUnavailable
 
 WIDE = (130, 40)
@@ -142,3 +146,45 @@ async def searched(pilot) -> None:
 
 def test_search_in_the_chat_list(snap_compare, tmp_path):
     assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, run_before=searched)
+
+
+class SidebarAlone(App):
+    """The sidebar filling a terminal, slower than plain on a busy machine: its two warnings wrap."""
+
+    CSS = "Sidebar { width: 100%; border-left: solid $panel-lighten-2; padding: 0 1; overflow-x: hidden; }"
+    ADVICE = ("the draft (88 MB) costs about as much to run as the target (105 MB) saves — F7: ngram (drafts from the"
+              " chat itself, no second model)")
+
+    def compose(self) -> ComposeResult:
+        yield Sidebar()
+
+    def on_mount(self) -> None:
+        _, events = load()
+        telemetry = LiveTelemetry(reference=PlainReference.measured(60.0, 0, 0.0, False, "measured before the chat"))
+        telemetry.consume([*events, ThreadsAdjusted(1, 2, 1.4, 2)])
+        memory = MemorySnapshot(GpuUnavailable("no NVIDIA driver (NVML library not found)"), 512_000_000, {})
+        self.query_one(Sidebar).show(telemetry, ProfileInfo("tiny", "draft", advice=self.ADVICE), memory)
+
+
+def hanging(lines: list[str], first: str) -> list[str]:
+    """The line that starts with ``first`` (after the grid's label column) and the lines it wrapped into."""
+    start = next(i for i, line in enumerate(lines) if line[LABEL_WIDTH:].startswith(first))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" " * LABEL_WIDTH)), len(lines))
+    return lines[start:end]
+
+
+@pytest.mark.parametrize("columns", [40, 60])
+def test_sidebar_warnings_wrap_under_their_first_line(snap_compare, columns):
+    """The advice and the busy-machine warning start under the value column; their next lines started at the edge."""
+    assert snap_compare(SidebarAlone(), terminal_size=(columns, 40))
+
+
+@pytest.mark.parametrize("columns", [40, 60])
+async def test_sidebar_warnings_hang_as_text(columns):
+    async with SidebarAlone().run_test(size=(columns, 40)) as pilot:
+        await pilot.pause()
+        lines = pilot.app.query_one(Sidebar).plain.split("\n")
+    advice, busy = hanging(lines, "the draft (88 MB)"), hanging(lines, "⚠ busy machine")
+    assert len(advice) > 1 and len(busy) > 1  # both did wrap at this width
+    for wrapped, text in ((advice, SidebarAlone.ADVICE), (busy, "⚠ busy machine: others use 1.4 of 2 cores")):
+        assert " ".join(" ".join(line.split()) for line in wrapped).startswith(text)  # nothing lost in the wrap

@@ -42,18 +42,18 @@ class ChatActions:
         else:
             self.session.store.rename(chat_id, title)
 
-    def _conversation_chosen(self, choice: tuple[str, int, int | None, int | None] | None) -> None:
+    def _conversation_chosen(self, choice: tuple[str, int, int | None, int | None, str] | None) -> None:
         if choice is None:
             return
         if self.busy is not None:
             self.notify(f"{self.why_busy()} — then open or export it from the list (ctrl+l)", severity="warning")
             return
-        action, conversation_id, position, version = choice
+        action, conversation_id, position, version, words = choice
         if action == "open":
             self.open_conversation(conversation_id)
-            if version is not None and self.session.id == conversation_id:
-                try:
-                    self.controller.show_version(position, version)  # the search found it in a version not shown
+            if position is not None and words and self.session.id == conversation_id:
+                try:  # the search may have found it in a version not shown, or in one nested inside that version
+                    position = self.controller.show_hit(position, version, words)
                 except SpecchatError as exc:
                     self.notify(str(exc), severity="warning")
                 self.show_turns()

@@ -71,6 +71,13 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             super().__init__()
             self.switched = switched
 
+    class DraftDeriving(Message):
+        """A load derives the demo draft from the target first (once per machine): what it is doing, how far."""
+
+        def __init__(self, line: str) -> None:
+            super().__init__()
+            self.line = line
+
     class LoadFailed(Message):
         def __init__(self, error: str) -> None:
             super().__init__()

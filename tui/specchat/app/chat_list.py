@@ -39,8 +39,8 @@ class ChatOptions(OptionList):
 
 
 class ConversationsScreen(_Modal):
-    """Dismissed with ("open", chat id, message position or None, version or None) or ("export", chat id, None,
-    None)."""
+    """Dismissed with ("open", chat id, message position or None, version or None, the words searched) or
+    ("export", chat id, None, None, "")."""
 
     BINDINGS = CLOSE + [Binding("down", "to_list", "To the list", id="chat_list_down", show=False,
                                 tooltip="From the search field to the chats (or hits) below it")]
@@ -127,7 +127,7 @@ class ConversationsScreen(_Modal):
     def open(self, _event: OptionList.OptionSelected) -> None:
         chosen = self._highlighted()
         if chosen is not None:
-            self.dismiss(("open", *chosen))
+            self.dismiss(("open", *chosen, self.words))
 
     def action_rename(self) -> None:
         if self._highlighted() is not None:
@@ -165,7 +165,7 @@ class ConversationsScreen(_Modal):
     def action_export(self) -> None:
         chosen = self._highlighted()
         if chosen is not None:
-            self.dismiss(("export", chosen[0], None, None))
+            self.dismiss(("export", chosen[0], None, None, ""))
 
 
 def hit_line(hit: Hit, words: str) -> Text:

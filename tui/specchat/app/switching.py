@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..chats.choice import Choice
 from ..errors import SpecchatError
+from ..profiles.embedded import told_while_deriving
 from ..profiles.favourites import favourite
 from .engine_thread import Activity, settle_garbage
 from .screens import ProfileScreen
@@ -37,7 +38,8 @@ class SwitchingActions:
 
         def job() -> None:
             try:
-                switched = controller.switch(choice)
+                with told_while_deriving(lambda line: self.post_message(self.DraftDeriving(line))):
+                    switched = controller.switch(choice)
             except SpecchatError as exc:
                 self.post_message(self.LoadFailed(str(exc)))
                 return
@@ -95,6 +97,10 @@ class SwitchingActions:
         for note in notes:
             self.notify(note, severity="warning", timeout=15)
         self._idle()
+
+    def on_specchat_app_draft_deriving(self, message: SpecchatApp.DraftDeriving) -> None:
+        if self.busy is Activity.LOADING:  # the load's status line says why it takes this long
+            self.set_job(Activity.LOADING, message.line)
 
     def on_specchat_app_load_failed(self, message: SpecchatApp.LoadFailed) -> None:
         self.controller.switch_failed()

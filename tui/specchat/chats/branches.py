@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from .records import Turn
@@ -104,6 +105,17 @@ class Branches:
         if len(fork) == 1:
             del self.forks[position]
 
+    def reveal(self, after: int, holds: Callable[[str], bool]) -> int | None:
+        """Show the alternatives, nested ones too, that bring a turn at or after ``after`` whose text ``holds`` onto
+        the chat shown (a search hit inside a version kept in another version); returns that turn's position, None
+        when no turn holds it."""
+        path = _search(self.turns, 0, self.forks, after, holds)
+        if path is None:
+            return None
+        for position, index in path[:-1]:
+            self.show(position, index)
+        return path[-1][0]
+
     # -- as the store keeps them -------------------------------------------------------------------------------------
 
     def rows(self, stored) -> list[BranchRow]:
@@ -140,6 +152,23 @@ class Branches:
             before = sum(1 for ordinal in ordered if ordinal < shown)
             alternatives: list[Tail | None] = [tails[k] for k in ordered]
             self.forks[position] = Fork(alternatives[:before] + [None] + alternatives[before:])
+
+
+def _search(turns: list[Turn], first: int, forks: dict[int, Fork], after: int,
+            holds: Callable[[str], bool]) -> list[tuple[int, int]] | None:
+    """The (position, alternative) moves, outermost first, that show a turn at or after ``after`` holding the text,
+    ending with that turn's (position, -1); None when no turn holds it. ``turns`` are the chat's from position
+    ``first`` on, ``forks`` those inside them (keyed by position in the chat)."""
+    for position in range(max(after, first), first + len(turns)):
+        if holds(turns[position - first].text):
+            return [(position, -1)]
+    for position in sorted(p for p in forks if p >= after):
+        for index, tail in enumerate(forks[position].alternatives):
+            if tail is not None:
+                inner = _search(tail.turns, position, tail.forks, position, holds)
+                if inner is not None:
+                    return [(position, index), *inner]
+    return None
 
 
 def _texts(tail: Tail) -> list[str]:

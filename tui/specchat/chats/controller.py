@@ -295,6 +295,14 @@ class ChatController:
         self.session.show_alternative(index, version)
         return version + 1, where[1]
 
+    def show_hit(self, index: int, version: int | None, words: str) -> int:
+        """A search hit at turn ``index`` (in version ``version`` of it, None: the one shown) on screen: that version,
+        then the versions inside it that hold ``words``; returns the turn that holds them (``index`` if none does)."""
+        if version is not None:
+            self.show_version(index, version)
+        found = self.session.reveal(index, words)
+        return index if found is None else found
+
     def delete_from(self, index: int) -> None:
         self.session.delete_from(self._turn(index))
 

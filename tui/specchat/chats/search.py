@@ -80,22 +80,33 @@ class Hit:
 def matches(text: str, words: str) -> list[tuple[int, int]]:
     """Where the query's words are in ``text``, as (start, end) spans, accents and case aside (the last word also
     as the start of a longer one), in order."""
-    folded = _folded(text)
-    terms = [_folded(t) for t in WORD.findall(words) if any(c.isalnum() for c in t)]
+    folded, terms = _folded(text), _terms(words)
+    return sorted({span for i, term in enumerate(terms) for span in _spans(folded, term, i == len(terms) - 1)})
+
+
+def holds(text: str, words: str) -> bool:
+    """Whether ``text`` holds every word of the query, as the index finds it."""
+    folded, terms = _folded(text), _terms(words)
+    return bool(terms) and all(_spans(folded, term, i == len(terms) - 1) for i, term in enumerate(terms))
+
+
+def _terms(words: str) -> list[str]:
+    return [_folded(t) for t in WORD.findall(words) if any(c.isalnum() for c in t)]
+
+
+def _spans(folded: str, term: str, last: bool) -> list[tuple[int, int]]:
     spans = []
-    for i, term in enumerate(terms):
-        last = i == len(terms) - 1
-        for found in re.finditer(re.escape(term), folded):
-            a, b = found.span()
-            if UNSPACED.search(term):  # characters of unspaced scripts are words of their own
-                spans.append((a, b))
-                continue
-            if a > 0 and folded[a - 1].isalnum():
-                continue
-            if last:
-                while b < len(folded) and folded[b].isalnum():
-                    b += 1
-            elif b < len(folded) and folded[b].isalnum():
-                continue
+    for found in re.finditer(re.escape(term), folded):
+        a, b = found.span()
+        if UNSPACED.search(term):  # characters of unspaced scripts are words of their own
             spans.append((a, b))
-    return sorted(set(spans))
+            continue
+        if a > 0 and folded[a - 1].isalnum():
+            continue
+        if last:
+            while b < len(folded) and folded[b].isalnum():
+                b += 1
+        elif b < len(folded) and folded[b].isalnum():
+            continue
+        spans.append((a, b))
+    return spans

@@ -17,6 +17,7 @@ from ..errors import Refused
 from ..text import valid_text
 from .branches import Branches
 from .records import INTERRUPTED, ReplyRecord, Turn, UserTurn
+from .search import holds
 from .store import Store, StoredMessage, StoreError
 from .trace import rows_of
 
@@ -105,6 +106,17 @@ class ChatSession:
         self._saved = min(self._saved, index)
         self._branches_saved = False
         self.save()
+
+    def reveal(self, index: int, words: str) -> int | None:
+        """Bring the turn at or after ``index`` that holds ``words`` on screen, showing the versions (nested ones too)
+        it is in; returns its index, None when no turn holds them."""
+        shown = [id(turn) for turn in self.turns]
+        found = self.branches.reveal(index, lambda text: holds(text, words))
+        if [id(turn) for turn in self.turns] != shown:  # a version was shown: the chat's shown path is saved
+            self._saved = min(self._saved, index)
+            self._branches_saved = False
+            self.save()
+        return found
 
     def delete_from(self, index: int, instead: int | None = None) -> None:
         """Delete turn ``index`` and what follows; where the chat forks there, another alternative is shown (version

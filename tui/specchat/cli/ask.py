@@ -141,7 +141,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--probs N needs --json and N from 1 to {MAX_PROBS}: e.g. specchat ask --json --probs 5"
                           ' "…"')
     prompt = read_prompt(args.prompt, sys.stdin)
-    backend = open_backend_for(args)
+    from ..profiles.embedded import told_while_deriving
+
+    with told_while_deriving(lambda line: print(f"specchat: {line}", file=sys.stderr, flush=True)):
+        backend = open_backend_for(args)
     try:
         for note in backend.notes:
             print(f"specchat: note: {note}", file=sys.stderr)

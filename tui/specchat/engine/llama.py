@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import llama_cpp as lc
@@ -37,9 +38,22 @@ def _keep_errors(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     if level == 3:
         _recent_errors.append(text.decode("utf-8", "replace").strip())
         del _recent_errors[:-5]
+    for listener in _log_listeners:
+        listener(text.decode("utf-8", "replace"))
 
 
 _recent_errors: list[str] = []
+_log_listeners: list[Callable[[str], None]] = []
+
+
+@contextmanager
+def log_lines_to(listener: Callable[[str], None]) -> Iterator[None]:
+    """``listener`` hears every line llama.cpp logs meanwhile (on the thread that logs it; it must not raise)."""
+    _log_listeners.append(listener)
+    try:
+        yield
+    finally:
+        _log_listeners.remove(listener)
 lc.llama_log_set(_keep_errors, ctypes.c_void_p(0))
 lc.llama_backend_init()
 

