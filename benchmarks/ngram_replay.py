@@ -8,7 +8,9 @@ speed-up is plain decoding's cost over the policy's (decode steps only, as `spec
 
 - `auto`: the engine's ``MatchHazards``, carried over tasks and repetitions as in one `specchat bench` process, with
   the engine's plain step now and then and its longer draft now and then (``adaptive``: what keeps the learned costs
-  true; here the costs are the sweep's, so they only cost);
+  true; here the costs are the sweep's, so they only cost); each reply starts short and earns longer drafts, and
+  weighs earlier replies' judgements as a prior (``SLOW_START``, ``CARRIED_JUDGEMENTS``);
+- `auto, pooled`: the same without that per-reply start — every reply's judgements pooled, as "auto" was before;
 - `n_max N`: verify up to N proposed tokens at every step;
 - `map-k-like`: 48 tokens whenever the match reaches 12 tokens (llama-server's `ngram-map-k` defaults: 12-token key,
   48-token value);
@@ -77,10 +79,13 @@ class Fixed(Policy):
 
 class EngineAuto(Policy):
     """``MatchHazards`` as the engine steps it (``Adaptive``): a plain step when drafting has not paused for
-    ``CALIBRATE_EVERY`` steps, and now and then a longer draft (``lengthened``)."""
+    ``CALIBRATE_EVERY`` steps, now and then a longer draft (``lengthened``), never longer than the reply has earned
+    (``MatchHazards.cap``)."""
 
-    def __init__(self, hazards: MatchHazards) -> None:
-        self.hazards, self.steps, self.since_plain = hazards, 0, 0
+    def __init__(self, hazards: MatchHazards, per_reply: bool = True) -> None:
+        self.hazards, self.steps, self.since_plain, self.per_reply = hazards, 0, 0, per_reply
+        if not per_reply:  # "auto, pooled": as before a reply earned its draft length and weighed the past as a prior
+            hazards.cap = hazards.k_max
 
     @property
     def calibrating(self) -> bool:
@@ -89,7 +94,11 @@ class EngineAuto(Policy):
 
     def plan(self, match: int) -> int:
         k = self.hazards.plan(match)
-        return lengthened(k, self.steps, self.hazards.k_max)
+        return min(lengthened(k, self.steps, self.hazards.k_max), self.hazards.cap)
+
+    def begin_reply(self) -> None:
+        if self.per_reply:
+            self.hazards.begin_reply()
 
     def observe(self, match: int, judged: list[bool]) -> bool:
         return self.hazards.observe(match, judged)
@@ -140,6 +149,8 @@ def replay(reply: Reply, policy: Policy | object, verify: VerifyCost, rules: Rul
     """Plain decoding's cost over the policy's, for the steps after the first token (which the prefill yields)."""
     seq, reply_tokens = reply.prompt + reply.tokens, reply.tokens
     drafter.forget()  # a cold run, as `specchat bench` times by default
+    if isinstance(policy, EngineAuto):
+        policy.begin_reply()
     pos, seconds = len(reply.prompt) + 1, 0.0
     while pos < len(seq):
         limit = draft_limit(reply, verify, pos)
@@ -225,6 +236,7 @@ def main() -> None:
     rules = engine.speculation.rules
     makers: dict[str, Callable[[], Policy | object]] = {
         "auto": lambda: EngineAuto(MatchHazards(verify, k_max)),
+        "auto, pooled": lambda: EngineAuto(MatchHazards(verify, k_max), per_reply=False),
         **{f"n_max {n}": (lambda n=n: Fixed(n)) for n in (4, 8, 16, 32)},
         "map-k-like": lambda: Fixed(48, shortest=12),
         "oracle": lambda: ORACLE,

@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from specchat.engine.auto import HAZARD_CLASSES, AutoDraftLength, MatchHazards, VerifyCost, expected_tokens
+from specchat.engine.auto import (HAZARD_CLASSES, SLOW_START, AutoDraftLength, MatchHazards, VerifyCost,
+                                  expected_tokens)
 from specchat.engine.costs import CostCache
 
 # Verify cost of a batch of b tokens, in units of one plain step, shaped like the measured CPU curve here
@@ -148,7 +149,40 @@ def test_hazards_pick_no_draft_when_verifying_costs_as_much_as_decoding():
 
 def test_hazards_draft_long_on_long_matches_when_verifying_is_flat():
     policy = MatchHazards(FLAT, k_max=64)
+    policy.observe(64, [True] * 33)  # once the reply has shown a long copy (SLOW_START)
     assert policy.plan(64) == 64 and policy.active
+
+
+def test_a_reply_earns_long_drafts_whatever_the_hazards_learned_before():
+    """Hazards learned on copies (kept between processes) made a free-text reply that restated the question draft 31
+    tokens on its long match, one accepted: twenty plain steps' cost. A reply starts at SLOW_START and doubles from
+    the runs it shows."""
+    policy = MatchHazards(FLAT, k_max=64)
+    for _ in range(200):
+        policy.observe(32, [True] * 33)  # what earlier replies taught: long matches copy
+    policy.begin_reply()
+    assert policy.plan(64) == SLOW_START
+    policy.observe(64, [True] * 5 + [False])
+    assert policy.plan(64) == max(SLOW_START, 10)  # twice the run the reply showed
+    policy.observe(64, [True] * 12)
+    assert policy.plan(64) == 24
+    policy.observe(64, [False])
+    assert policy.plan(64) == 24  # a miss keeps what the reply earned: its copies may go on
+    policy.begin_reply()
+    assert policy.plan(64) == SLOW_START
+
+
+def test_a_reply_unlearns_a_wrong_prior_within_a_few_judgements():
+    """A memory learned on copies (short matches right every time) outweighed a free-text reply's own misses: it went
+    on drafting on 2-token matches at 63 % acceptance, 0.76× of plain decoding."""
+    policy = MatchHazards(CPU, k_max=62)
+    for _ in range(300):
+        policy.observe(2, [True] * 4)  # earlier replies: every short match copied on
+    policy.begin_reply()
+    assert policy.plan(2) > 0  # the prior still says a short match pays: a copying reply need not relearn it
+    for _ in range(6):
+        policy.observe(2, [False])  # this reply: its short matches are wrong
+    assert policy.plan(2) == 0
 
 
 class Threshold:

@@ -93,7 +93,7 @@ class Adaptive:
             return 0, None
         hazards = self.hazards
         if hazards is not None:  # (the combined method asks the draft model's policy itself when it does not copy)
-            return limit, lambda match: min(self.lengthen(hazards.plan(match), hazards), limit)
+            return limit, lambda match: min(self.lengthen(hazards.plan(match), hazards), hazards.cap, limit)
         return min(self.model_length(), limit), None
 
     def copy_length(self, match: int) -> int:
@@ -106,8 +106,11 @@ class Adaptive:
         return self.lengthen(acceptance.plan(), acceptance)
 
     def begin_reply(self) -> None:
-        """A new reply: the draft model has the new user turn to read before its first draft (not a caught-up one)."""
+        """A new reply: the draft model has the new user turn to read before its first draft (not a caught-up one),
+        and copies start short again (``auto.SLOW_START``)."""
         self.model_drafted_last = False
+        if self.hazards is not None:
+            self.hazards.begin_reply()
 
     @property
     def k(self) -> int:

@@ -184,6 +184,16 @@ HAZARD_CLASSES = ((0, 0.6), (3, 0.45), (4, 0.3), (6, 0.2), (8, 0.12), (12, 0.08)
 HAZARD_PRIOR_WEIGHT = 4.0  # judgements the prior counts as
 HAZARD_MEMORY = 256  # judgements fade by 1/HAZARD_MEMORY each step: the text moves on, slowly
 DRAFT_ABOVE = 1.02  # draft when the best length is expected to run this much faster than plain decoding
+# The hazards are learned over every reply (and kept between processes), so a reply starts with what copies taught
+# them: a free-text reply that restates the question meets a long match and drafted 31 tokens for one accepted, the
+# cost of twenty plain steps. Within a reply a draft is therefore at most twice the longest run of right tokens the
+# reply has shown so far, and SLOW_START before any: what a wrong prior costs is a few short drafts, and a reply that
+# copies reaches the long ones within a few steps (each doubling the last).
+SLOW_START = 8
+# And a reply weighs what earlier replies taught as at most this many judgements per match class: a memory learned
+# on copies (2-token matches right nine times in ten) no longer outweighs the reply's own first misses, so free text
+# unlearns a wrong prior within a handful of judgements, while a copying reply confirms a right one as fast.
+CARRIED_JUDGEMENTS = 8.0
 
 
 class MatchHazards:
@@ -204,6 +214,7 @@ class MatchHazards:
         # The class of every effective match length a draft can reach (longer ones are the last class's).
         self._class_of = np.searchsorted(self.edges, np.arange(self.edges[-1] + k_max + 1), side="right") - 1
         self.k = 0  # the length chosen last
+        self.cap = SLOW_START  # the longest draft this reply has earned (SLOW_START)
         self._price(verify)
 
     def reprice(self, verify: VerifyCost) -> bool:
@@ -221,18 +232,28 @@ class MatchHazards:
         right, wrong = (self.prior + self.evidence).T
         return wrong / (right + wrong)
 
-    def best(self, match: int) -> tuple[int, float]:
-        """The draft length for a match of ``match`` tokens with the highest expected speed-up, and that speed-up."""
+    def best(self, match: int, longest: int | None = None) -> tuple[int, float]:
+        """The draft length (up to ``longest``) for a match of ``match`` tokens with the highest expected speed-up,
+        and that speed-up."""
         # Hazards are constant beyond the longest class, so a longer match drafts as that class does.
-        gains = self._gains_from(np.array([min(match, int(self.edges[-1]))]))[0]
+        gains = self._gains_from(np.array([min(match, int(self.edges[-1]))]))[0][: None if longest is None else longest + 1]
         k = int(np.argmax(gains))
         return k, float(gains[k])
 
     def plan(self, match: int) -> int:
-        """How many tokens of a draft whose text before it matched ``match`` tokens to verify."""
-        k, gain = self.best(match)
+        """How many tokens of a draft whose text before it matched ``match`` tokens to verify: the best length this
+        reply has earned (``cap``), if that is clearly faster than a plain step."""
+        k, gain = self.best(match, self.cap)
         self.k = k if gain >= DRAFT_ABOVE else 0
         return self.k
+
+    def begin_reply(self) -> None:
+        """A new reply earns its long drafts again (SLOW_START) and weighs earlier replies' judgements as a prior
+        (CARRIED_JUDGEMENTS per class), not as its own."""
+        self.cap = SLOW_START
+        totals = self.evidence.sum(axis=1, keepdims=True)
+        self.evidence *= np.minimum(1.0, CARRIED_JUDGEMENTS / np.maximum(totals, 1e-12))
+        self._refresh()
 
     def observe(self, match: int, judged: Sequence[bool]) -> bool:
         """Learn from a step: ``judged`` says, position by position from the first proposed token, whether the
@@ -240,8 +261,11 @@ class MatchHazards:
         was = self.active
         self.evidence *= 1 - 1 / HAZARD_MEMORY
         last = len(self._class_of) - 1
+        run = 0
         for i, right in enumerate(judged):  # a few positions: a loop costs less than numpy's scatter here
             self.evidence[self._class_of[min(match + i, last)], 0 if right else 1] += 1.0
+            run = run + 1 if right and run == i else run
+        self.cap = max(self.cap, 2 * run)
         self._refresh()
         return self.active != was
 
