@@ -1,7 +1,9 @@
-"""Every ``specchat …`` command the README documents runs, as a user would type it, and ends without a traceback.
+"""Every ``specchat …`` command the README and docs/ document runs, as a user would type it, and ends without a
+traceback.
 
 A documented command that crashed untested (``specchat profiles templates``, a ModuleNotFoundError) is what this
-guards against: the lines are read from README.md itself, so a new one is run as soon as it is written. "…" stands
+guards against: the lines are read from README.md and docs/*.md themselves, so a new one is run as soon as it is
+written. "…" stands
 for a prompt, and a prompt is piped in (what `specchat ask` and `specchat repl` answer when named without one); a pipe
 into a pager is left out; the chat app (``specchat`` alone) is started in a real terminal by
 test_app.py. Lines that name a model this machine does not have say so in one line and exit non-zero: that is their
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).parents[1] / "README.md"
+ROOT = Path(__file__).parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PROMPT = "Say hi."
 INLINE = re.compile(r"`(specchat [a-z][^`]*)`")
 PATTERN = re.compile(r"[\[\]|…]|\b[A-Z]{2,}\b| -[-a-z]+$")
@@ -27,11 +30,11 @@ NEEDS_ABSENT_MODELS = ("qwen3-", "gemma4-", "server-none", "server-ngram-simple"
 
 
 def documented_commands() -> list[str]:
-    """The ``specchat`` commands of the README's shell blocks (fences opened with ```sh, ```bash or ``` alone), and
-    those its prose names whole in backticks (`specchat profiles templates`; a span with a placeholder — NAME, [...],
+    """The ``specchat`` commands of the shell blocks of the README and docs/ (fences opened with ```sh, ```bash or ```
+    alone), and those their prose names whole in backticks (`specchat profiles templates`; a span with a placeholder — NAME, [...],
     "…" — or ending in an option that needs its value is a pattern, not a command)."""
     commands, fence = [], None
-    for line in README.read_text(encoding="utf-8").splitlines():
+    for line in (line for path in DOCUMENTS for line in path.read_text(encoding="utf-8").splitlines()):
         if line.startswith("```"):
             fence = None if fence is not None else line[3:].strip()
             continue
@@ -45,7 +48,7 @@ def documented_commands() -> list[str]:
             part = part.strip()
             if part.startswith("specchat ") or part == "specchat":
                 commands.append(part)
-    return commands
+    return list(dict.fromkeys(commands))  # a command documented twice runs once
 
 
 def test_the_readme_documents_commands_and_this_test_reads_them_all():
