@@ -105,16 +105,16 @@ class Branches:
         if len(fork) == 1:
             del self.forks[position]
 
-    def reveal(self, after: int, holds: Callable[[str], bool]) -> int | None:
+    def reveal(self, after: int, holds: Callable[[str], bool]) -> tuple[int | None, bool]:
         """Show the alternatives, nested ones too, that bring a turn at or after ``after`` whose text ``holds`` onto
-        the chat shown (a search hit inside a version kept in another version); returns that turn's position, None
-        when no turn holds it."""
+        the chat shown (a search hit inside a version kept in another version); returns that turn's position (None
+        when no turn holds it) and whether another alternative is shown now."""
         path = _search(self.turns, 0, self.forks, after, holds)
         if path is None:
-            return None
+            return None, False
         for position, index in path[:-1]:
             self.show(position, index)
-        return path[-1][0]
+        return path[-1][0], len(path) > 1
 
     # -- as the store keeps them -------------------------------------------------------------------------------------
 

@@ -103,6 +103,10 @@ class ChatSession:
     def show_alternative(self, index: int, alternative: int) -> None:
         """Show alternative ``alternative`` (from 0) of the fork at turn ``index``."""
         self.branches.show(index, alternative)
+        self._save_shown_from(index)
+
+    def _save_shown_from(self, index: int) -> None:
+        """Another version is shown from turn ``index`` on: that path and the versions kept are saved."""
         self._saved = min(self._saved, index)
         self._branches_saved = False
         self.save()
@@ -110,12 +114,9 @@ class ChatSession:
     def reveal(self, index: int, words: str) -> int | None:
         """Bring the turn at or after ``index`` that holds ``words`` on screen, showing the versions (nested ones too)
         it is in; returns its index, None when no turn holds them."""
-        shown = [id(turn) for turn in self.turns]
-        found = self.branches.reveal(index, lambda text: holds(text, words))
-        if [id(turn) for turn in self.turns] != shown:  # a version was shown: the chat's shown path is saved
-            self._saved = min(self._saved, index)
-            self._branches_saved = False
-            self.save()
+        found, moved = self.branches.reveal(index, lambda text: holds(text, words))
+        if moved:
+            self._save_shown_from(index)
         return found
 
     def delete_from(self, index: int, instead: int | None = None) -> None:
