@@ -227,7 +227,7 @@ async def test_the_inspector_underlines_what_an_ngram_draft_copied(tmp_path, set
             assert underlined and source.text[underlined[0].start:underlined[0].end] in judged[copied[-1]][1].copied
         else:
             assert COPIED in source.marks.values()
-        assert "n-gram draft: matched " in str(inspector.render())
+        assert "copied draft: matched " in str(inspector.render())
         await pilot.press("escape")
         await pilot.pause()
         assert inspector.copy_shown is None and not [s for s in app.query_one(UserMessage).content.spans

@@ -19,7 +19,7 @@ from specchat.profiles.fit import GB, FitReport, Footprint, kv_cache_bytes
 from test_bad_input import cli
 
 BUNDLED = ["baseline", "gemma4-12b-qat-mtp", "ngram", "ngram-draft", "qwen3-4b-0.6b", "qwen3-8b-1.7b", "server-draft-mtp",
-           "server-ngram-simple", "server-none", "server-tiny", "tiny"]
+           "server-ngram-simple", "server-none", "server-tiny", "suffix", "tiny"]
 
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")

@@ -6,11 +6,12 @@ app, ``specchat ask``, ``specchat repl`` and ``specchat bench`` depend on this p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..engine.conversation import Message
+from ..engine.drafters.history import StoredReply
 from ..engine.events import Event, SpeculationState
 from ..engine.reference import PlainReference
 from ..errors import SpecchatError, SwitchFailed
@@ -74,6 +75,13 @@ class Backend(Protocol):
 
     def model_files(self) -> dict[str, Path]:
         """Role ("target", "draft") → the model file in use."""
+
+    def learn_history(self, read: Callable[[], Iterable[StoredReply]]) -> None:
+        """The user's earlier chats, for a method that drafts from them ("suffix"): ``read`` yields the stored replies
+        and is called off the engine thread. A backend whose drafting runs elsewhere ignores them."""
+
+    def forget_chat(self, conversation_id: int) -> None:
+        """A stored chat was deleted: draft nothing more from it. Any thread may call this."""
 
     def close(self) -> None: ...
 

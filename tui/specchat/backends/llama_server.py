@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from ..engine.chat_template import ChatTemplate
 from ..engine.config import SWITCHED_OFF_BY_HAND, without_speculation
 from ..engine.conversation import Message, TokenWindow, as_dicts
 from ..engine.drafters import METHODS
+from ..engine.drafters.history import StoredReply
 from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
 from ..engine.llama import Model, model_identity
 from ..engine.reference import PLAIN_RATE_TOKENS, PlainReference
@@ -352,6 +353,13 @@ class LlamaServerBackend:
                 pass  # a server with slot actions switched off keeps its cache; the next prompt reuses what matches
         if self.chat is not None:
             self.chat.restore([])
+
+    def learn_history(self, read: Callable[[], Iterable[StoredReply]]) -> None:
+        """Nothing: the server drafts in its own process ("suffix" runs there as its ngram-cache, which learns from
+        what it generates, not from the chats store)."""
+
+    def forget_chat(self, conversation_id: int) -> None:
+        """Nothing: the server was never given the stored chats."""
 
     def model_files(self) -> dict[str, Path]:
         if self.process is None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..engine import Engine, Message, ReplyFinished
 from ..engine.config import without_speculation
+from ..engine.drafters.history import StoredReply
 from ..engine.conversation import as_dicts
 from ..engine.events import Event, SpeculationState
 from ..engine.llama import model_identity
@@ -91,6 +92,12 @@ class LocalBackend:
         if self.engine.draft_model is not None:
             files["draft"] = self.engine.draft_model.path
         return files
+
+    def learn_history(self, read: Callable[[], Iterable[StoredReply]]) -> None:
+        self.engine.learn_history(read)
+
+    def forget_chat(self, conversation_id: int) -> None:
+        self.engine.forget_chat(conversation_id)
 
     def close(self) -> None:
         self.engine.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..backends import Backend, switch_backend
@@ -31,6 +32,7 @@ from .attachments import expand
 from .choice import Choice, one_step
 from .exchange import Began, Exchange, Failure
 from .export import export
+from .recall import stored_replies
 from .records import INTERRUPTED, ReplyRecord, UserTurn
 from .session import ChatSession, Problem
 from .store import Store
@@ -92,6 +94,8 @@ class Switched:
 class ChatController:
     def __init__(self, store: Store | None, profile: str, on_problem: Problem, *, max_tokens: int) -> None:
         self.session = ChatSession(store, profile, None, on_problem)
+        if store is not None:
+            store.forgetting.append(self._forget_chat)
         self.telemetry = LiveTelemetry()
         self.max_tokens = max_tokens
         self.backend: Backend | None = None
@@ -119,12 +123,16 @@ class ChatController:
         system_prompt = self.session.system_prompt if self.profile is not None else config.system_prompt
         config = dataclasses.replace(config, system_prompt=system_prompt)
         before = self.backend.config if self.backend is not None else None
+        opened = self.backend
         try:
             self.backend, action = switch_backend(self.backend, config)
         except SwitchFailed as exc:  # what runs now is the previous profile opened again, another pid, or nothing
             self.backend = exc.backend
             self.facts = BackendFacts.of(self.backend) if self.backend is not None else None
             raise
+        finally:
+            if self.backend is not None and self.backend is not opened:
+                self._give_history(self.backend)
         keep = action in SAME_TARGET and before is not None and (before.target, before.kv_cache, before.sampling) == \
             (config.target, config.kv_cache, config.sampling)  # the same threads and GPU layers too
         # A server restarted for the same target (a toggle) is measured again when it decodes plainly, and keeps the
@@ -132,6 +140,16 @@ class ChatController:
         reference = None if keep and action != "server restarted" else self.backend.plain_reference()
         no_reference = "" if keep or reference is not None else self.backend.no_reference
         return Switched(choice, profile, action, BackendFacts.of(self.backend), reference, no_reference, keep)
+
+    def _give_history(self, backend: Backend) -> None:
+        """A backend opened: it drafts from the stored chats too, where its method does (read off the engine thread)."""
+        store = self.session.store
+        if store is not None:
+            backend.learn_history(partial(stored_replies, store.path))
+
+    def _forget_chat(self, conversation_id: int) -> None:
+        if self.backend is not None:
+            self.backend.forget_chat(conversation_id)
 
     def profile_switched(self, switched: Switched) -> list[str]:
         """The switch's result on screen; returns the notes not shown before, one line each."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..engine.events import (
     DraftRejected,
+    DraftSource,
     Event,
     Judgement,
     ReplyFinished,
@@ -132,6 +133,8 @@ def step_lines(replay: Replay, index: int) -> list[str]:
         head = f"step {step.number}: "
         if verified.drafted:
             head += f"drafted {verified.drafted}"
+            if verified.source is not None:
+                head += f" from {source_words(verified.source, verified.origin)}"
             if proposed:
                 head += ": " + " ".join(_quote(p) for p in proposed)
         else:
@@ -232,10 +235,23 @@ def _judgement_lines(j: Judgement, token: TokenEmitted) -> list[str]:
     if j.draft_top:
         lines.append("draft's top (softmax of its logits): " + _ranked(j.draft_top))
     if j.copied:
-        source = ("a reply generated earlier in this session (another chat, a regenerated reply or an A/B rerun)"
+        source = (source_words(DraftSource.HISTORY, j.origin) if j.origin is not None else
+                  "a reply generated earlier in this session (another chat, a regenerated reply or an A/B rerun)"
                   if j.remembered else "earlier in this chat")
-        lines.append(f"n-gram draft: matched {j.match} tokens, copied from {source}: {_quote(j.copied)}")
+        lines.append(f"copied draft: matched {j.match} tokens, copied from {source}: {_quote(j.copied)}")
     return lines
+
+
+SOURCE_WORDS = {DraftSource.CONVERSATION: "earlier in this chat",
+                DraftSource.REMEMBERED: "a reply generated earlier in this session",
+                DraftSource.HISTORY: "a stored reply of an earlier chat",
+                DraftSource.MODEL: "the draft model"}
+
+
+def source_words(source: DraftSource, origin: tuple[int, int] | None) -> str:
+    """Where a draft came from, in words; a stored reply by its chat and message (``specchat chats`` lists the ids)."""
+    words = SOURCE_WORDS[source]
+    return f"{words} (chat {origin[0]}, message {origin[1]})" if origin is not None else words
 
 
 def _ranked(candidates) -> str:

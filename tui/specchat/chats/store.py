@@ -100,6 +100,8 @@ class DamagedDatabase(sqlite3.DatabaseError):
 class Store:
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Told the id of each chat deleted: what drafts from earlier chats forgets it (``ChatController``).
+        self.forgetting: list[Callable[[int], None]] = []
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
             private(path.parent, DIR_MODE)
@@ -230,6 +232,8 @@ class Store:
             self._unindex("messages", "conversation_id = ?", (conversation_id,))
             self._unindex("branches", "conversation_id = ?", (conversation_id,))
             self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        for forget in self.forgetting:
+            forget(conversation_id)
 
     def _unindex(self, table: str, where: str, args: tuple) -> None:
         """Take ``table``'s rows that match ``where`` out of its search index (``{table}_fts``, keyed by their ids),

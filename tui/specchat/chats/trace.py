@@ -18,6 +18,7 @@ from ..engine.events import (
     Candidate,
     ContextTrimmed,
     DraftRejected,
+    DraftSource,
     Event,
     Judgement,
     ReplyFinished,
@@ -49,9 +50,14 @@ def row_of(event: Event) -> Row:
             row["pieces"] = list(event.pieces)
         return row
     if isinstance(event, StepVerified):
-        return {"type": "step", "step": event.step, "drafted": event.drafted, "accepted": event.accepted,
-                "ignored": event.ignored, "withheld": event.withheld, "n_max": event.n_max,
-                "context_used": event.context_used}
+        row = {"type": "step", "step": event.step, "drafted": event.drafted, "accepted": event.accepted,
+               "ignored": event.ignored, "withheld": event.withheld, "n_max": event.n_max,
+               "context_used": event.context_used}
+        if event.source is not None:
+            row["source"] = event.source.value
+        if event.origin is not None:
+            row["origin"] = list(event.origin)
+        return row
     if isinstance(event, ReplyStarted):
         return {"type": "started", "prompt_tokens": event.prompt_tokens, "reused_tokens": event.reused_tokens,
                 "prefill_tokens": event.prefill_tokens, "n_ctx": event.n_ctx,
@@ -82,7 +88,8 @@ def events_of(rows: Iterable[Row]) -> Iterator[Event]:
             yield DraftRejected(tuple(row["tokens"]), row["text"], row["step"], tuple(row.get("pieces", ())))
         elif kind == "step":
             yield StepVerified(row["step"], row["drafted"], row["accepted"], row["ignored"], row["withheld"],
-                               row["n_max"], row["context_used"])
+                               row["n_max"], row["context_used"],
+                               DraftSource(row["source"]) if "source" in row else None, _origin_of(row))
         elif kind == "started":
             yield ReplyStarted(row["prompt_tokens"], row["reused_tokens"], row["prefill_tokens"], row["n_ctx"],
                                _speculation_of(row), row.get("estimated_tokens", False))
@@ -163,6 +170,8 @@ def _judgement_row(j: Judgement) -> Row:
         row["match"] = j.match
     if j.copied:
         row |= {"copied": j.copied, "remembered": j.remembered}
+    if j.origin is not None:
+        row["origin"] = list(j.origin)
     if j.unknown:
         row["unknown"] = j.unknown
     return row
@@ -175,5 +184,10 @@ def _judgement_of(row: Row) -> Judgement:
         _candidates(row.get("draft_top", []), row.get("draft_top_ids", [])),
         Candidate(drafted[2], drafted[0], drafted[1]) if drafted else None,
         row.get("draft_p"), row.get("p_sampled"), row.get("q"), row.get("accept"), row.get("match", 0),
-        row.get("copied", ""), row.get("remembered", False), row.get("unknown", ""),
+        row.get("copied", ""), row.get("remembered", False), _origin_of(row), row.get("unknown", ""),
     )
+
+
+def _origin_of(row: Row) -> tuple[int, int] | None:
+    origin = row.get("origin")
+    return (int(origin[0]), int(origin[1])) if origin else None

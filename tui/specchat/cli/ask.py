@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from .. import paths
 from ..colours import ANSI, ANSI_GHOST, ANSI_RESET, ansi
 from ..engine.config import DEFAULT_MAX_TOKENS
 from ..engine.conversation import Message
@@ -68,6 +69,18 @@ def open_backend_for(args: argparse.Namespace):  # -> Backend, imported lazily s
     from ..profiles import load_profile, run_config
 
     return open_backend(run_config(load_profile(args.profile), **overrides(args)))
+
+
+def learn_history(backend) -> None:
+    """The chats the app and the REPL stored, for a method that drafts from them ("suffix"): read as the app reads
+    them, on the index's own thread, so the reply starts at once and drafts from them once the index is built."""
+    from functools import partial
+
+    from ..chats.recall import stored_replies
+
+    db = paths.chats_db()
+    if db.is_file():
+        backend.learn_history(partial(stored_replies, db))
 
 
 def use_color(choice: str, stream: TextIO) -> bool:
@@ -146,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     with told_while_deriving(lambda line: print(f"specchat: {line}", file=sys.stderr, flush=True)):
         backend = open_backend_for(args)
     try:
+        learn_history(backend)
         for note in backend.notes:
             print(f"specchat: note: {note}", file=sys.stderr)
         system = backend.config.system_prompt

@@ -11,7 +11,7 @@ between processes in ``auto_memory``).
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from time import perf_counter
 
@@ -23,7 +23,8 @@ from .chat_template import ChatTemplate
 from .config import DEFAULT_MAX_TOKENS, EngineConfig
 from .conversation import Message, TokenWindow
 from .cpu import ThreadGovernor
-from .drafters import Draft, Drafter
+from .drafters import METHODS, Draft, Drafter
+from .drafters.history import History, HistoryBuilder, StoredReply
 from .events import (
     Candidate,
     DraftRejected,
@@ -77,6 +78,8 @@ class Engine:
         self._target, self._draft = open_pair(config)
         self.chat = TokenWindow(self._target.model, self._target.template)
         self.speculation = Speculation(config)
+        self._read_history: Callable[[], Iterable[StoredReply]] | None = None
+        self._history_builder: HistoryBuilder | None = None
         self._set_up_speculation()
         self._governor = self._new_governor()
         self.new_chat()
@@ -113,6 +116,7 @@ class Engine:
         return ([self.template.note] if self.template.note else []) + self.speculation.notes()
 
     def close(self) -> None:
+        self._stop_history()
         if self._draft is not None:
             self._draft.close()
         self._target.close()
@@ -131,6 +135,7 @@ class Engine:
             self.close()
             self._target, self._draft, self.config = target, draft, config
             self.speculation.forget_target()
+            self._history_builder = None  # its index held the old target's token ids
             messages = [Message(m.role, m.content, None, m.finish_reason) for m in self.messages]
             self.chat = TokenWindow(target.model, target.template)
             self._set_up_speculation()
@@ -167,6 +172,42 @@ class Engine:
     def _set_up_speculation(self) -> None:
         """Speculation as the configuration says, with the models loaded now, from the conversation as it is."""
         self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
+        self._index_history_if_read()
+
+    # -- earlier chats -----------------------------------------------------------------------------------------
+
+    def learn_history(self, read: Callable[[], Iterable[StoredReply]]) -> None:
+        """Draft from the user's earlier chats too, where the method reads them ("suffix"): ``read`` yields the stored
+        replies, and is called on a thread of its own whenever the index is built (for each target), so the first
+        token never waits for it."""
+        self._stop_history()
+        self._read_history = read
+        self._history_builder = None
+        self._index_history_if_read()
+
+    def forget_chat(self, conversation_id: int) -> None:
+        """A stored chat was deleted (or made private): nothing more is drafted from it. Any thread may call this."""
+        self.speculation.history.forget(conversation_id)
+
+    @property
+    def history(self) -> History:
+        return self.speculation.history
+
+    def wait_for_history(self, timeout: float | None = None) -> bool:
+        """Wait until the index over earlier chats is built; False if it is still building after ``timeout``."""
+        return self._history_builder is None or self._history_builder.wait(timeout)
+
+    def _index_history_if_read(self) -> None:
+        if self._read_history is None or self._history_builder is not None \
+                or not METHODS[self.config.spec.method].reads_history:
+            return
+        target = self.target
+        self._history_builder = HistoryBuilder(self.speculation.history, self._read_history, target.path,
+                                               target.identity, self.template)
+
+    def _stop_history(self) -> None:
+        if self._history_builder is not None:
+            self._history_builder.stop()
 
     def _new_governor(self) -> ThreadGovernor | None:
         if not self.config.adapt_threads:
@@ -400,7 +441,9 @@ class Engine:
             reply.state = state
             yield SpeculationChanged(state)
         stats.n_max = self.n_max
-        yield StepVerified(step, drafted, accepted, outcome.ignored, outcome.withheld, self.n_max, len(self.tokens))
+        draft = outcome.draft
+        yield StepVerified(step, drafted, accepted, outcome.ignored, outcome.withheld, self.n_max, len(self.tokens),
+                           draft.source if drafted else None, draft.origin if drafted else None)
 
     def _text(self, token: int) -> str:
         """A candidate's text: a token that is only part of a UTF-8 character shows its bytes (<0xE3>), not U+FFFD."""
@@ -427,7 +470,8 @@ class Engine:
         return Judgement(i, self._candidates(row.top), self._candidates(row.draft_top),
                          Candidate(token, self._text(token), row.p_drafted or 0.0), row.draft_p, row.p_sampled,
                          row.q_sampled, row.accept, len(copied) - len(draft.tokens) if copied else draft.match,
-                         self.target.detokenize([t for t in copied if 0 <= t < self.target.n_vocab]), draft.remembered)
+                         self.target.detokenize([t for t in copied if 0 <= t < self.target.n_vocab]), draft.remembered,
+                         draft.origin)
 
     def _emit(self, reply: _Reply, token: int, kind: TokenKind, step: int,
               judgement: Judgement | None = None) -> TokenEmitted:

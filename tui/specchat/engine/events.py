@@ -29,6 +29,18 @@ class TokenKind(StrEnum):
     TARGET = "target"  # plain target output, no draft this step
 
 
+class DraftSource(StrEnum):
+    """Where a step's draft came from."""
+
+    CONVERSATION = "conversation"  # copied from earlier text of this chat
+    REMEMBERED = "remembered"  # copied from a reply this process gave in another chat
+    HISTORY = "history"  # copied from a stored reply of an earlier chat (``StepVerified.origin`` names it)
+    MODEL = "model"  # guessed by a draft model
+
+
+Origin = tuple[int, int]  # a stored reply: (conversation id, message id) in the chats store
+
+
 @dataclass(frozen=True, slots=True)
 class SpeculationState:
     method: str
@@ -83,6 +95,7 @@ class Judgement:
     match: int = 0  # an n-gram draft: how many tokens matched the end of the conversation
     copied: str = ""  # an n-gram draft: the earlier text it copied from, the matched part first
     remembered: bool = False  # an n-gram draft copied from a reply of an earlier chat
+    origin: Origin | None = None  # a draft copied from a stored reply: which one
     unknown: str = ""  # what the backend cannot tell about this token (a server does not say what it rejected)
 
 
@@ -113,6 +126,8 @@ class StepVerified:
     withheld: int  # draft positions not proposed because the draft's confidence was below p_min
     n_max: int  # the draft length allowed this step
     context_used: int
+    source: DraftSource | None = None  # where the draft came from (None: nothing drafted, or a server's draft)
+    origin: Origin | None = None  # a draft copied from a stored reply: which one
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from .config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSettings, SpecConfi
 from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
 from .draft_length import DraftLength, FixedLength
 from .drafters import METHODS, Drafter, Parts
+from .drafters.history import History
 from .drafters.ngram import NgramDrafter
 from .events import SpeculationState
 from .learned_costs import LearnedVerifyCost
@@ -38,6 +39,7 @@ class Speculation:
         self._learned: dict[tuple[SpecConfig, object, object], Adaptive] = {}
         self._learned_costs: dict[str, LearnedVerifyCost] = {}  # per target, threads and sweep: shared by methods
         self.ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
+        self.history = History()  # earlier chats, once the engine is given them (``Engine.learn_history``)
 
     def configure(self, config: EngineConfig, target: LoadedTarget, draft: LoadedDraft | None, depth: int) -> None:
         """Speculate as ``config`` says with these models; ``depth``: the conversation's tokens now."""
@@ -73,13 +75,14 @@ class Speculation:
         self._learned.clear()
         self._learned_costs.clear()
         self.ngram.forget()
+        self.history = History()
 
     def _build_drafter(self) -> None:
         """The method's drafter for the models loaded now (None: plain decoding, or a method only a llama.cpp server
         runs)."""
         build = METHODS[self.config.spec.method].build
         model = self._draft.drafter if self._draft is not None else None
-        self.drafter: Drafter | None = build(Parts(self.ngram, model, self.length)) if build is not None else None
+        self.drafter: Drafter | None = build(Parts(self.ngram, model, self.length, self.history)) if build is not None else None
 
     def state(self) -> SpeculationState:
         method = self.config.spec.method

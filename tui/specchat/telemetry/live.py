@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..engine.events import (
     ContextTrimmed,
+    DraftSource,
     Event,
     ReplyFinished,
     ReplyStarted,
@@ -53,6 +54,7 @@ class LiveTelemetry:
     estimated: bool = False  # token counts are tiktoken's estimates (a server that streams text without ids)
     trimmed: int = 0
     threads: ThreadsAdjusted | None = None  # the engine's last thread change (a busy machine), if any
+    drafted_from: dict[DraftSource, int] = field(default_factory=dict)  # the reply's drafted tokens by source
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=512))
     _token_steps: int = 0  # steps that emitted tokens after the reply's first (a rate needs two)
     _last_step: int = 0
@@ -76,10 +78,13 @@ class LiveTelemetry:
                 counters.record_step(event.drafted, event.accepted, event.ignored, event.withheld)
             self.n_max = event.n_max
             self.context_used = event.context_used
+            if event.source is not None:
+                self.drafted_from[event.source] = self.drafted_from.get(event.source, 0) + event.drafted
             if event.drafted:
                 self.spark.append(event.accepted / event.drafted)
         elif isinstance(event, ReplyStarted):
             self.reply = ReplyStats()
+            self.drafted_from = {}
             self.generating = True
             self.reply_tokens = 0
             self.reply_tps = self.ttft = None
@@ -106,6 +111,7 @@ class LiveTelemetry:
     def reset_chat(self) -> None:
         """A new chat, an opened one or another profile: the chat's counters start again."""
         self.reply, self.chat = ReplyStats(), ReplyStats()
+        self.drafted_from = {}
         self.spark.clear()
         self.reply_tokens, self.reply_tps, self.ttft, self.trimmed = 0, None, None, 0
         self.prompt_tokens, self._token_steps, self._last_step = 0, 0, 0

@@ -9,6 +9,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from ...engine.events import DraftSource
 from ...telemetry.live import LiveTelemetry
 from ...telemetry.memory import GpuMemory, GpuUnavailable
 from ...figures import DASH, ESTIMATE, mb, num, pct
@@ -140,7 +141,14 @@ def _counts(t: LiveTelemetry) -> Text:
     counts = Text(" ".join(columns), style="dim")
     counts.append("\n" + " ".join(f"{value:>{len(name)}}" for name, value in columns.items()))
     counts.append(f"\nwithheld: n_min {r.ignored} · p_min {r.withheld}", style="dim")
+    sources = t.drafted_from
+    if len(sources) > 1 or DraftSource.HISTORY in sources:  # one source is the method's own: nothing to tell apart
+        counts.append("\ndrafted from: " + " · ".join(f"{SOURCE_NAMES[s]} {n}" for s, n in sources.items()))
     return counts
+
+
+SOURCE_NAMES = {DraftSource.CONVERSATION: "this chat", DraftSource.REMEMBERED: "this session",
+                DraftSource.HISTORY: "earlier chats", DraftSource.MODEL: "draft model"}
 
 
 def _memory(memory: MemorySnapshot | None) -> Text:

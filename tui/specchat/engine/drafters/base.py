@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from ..events import DraftSource, Origin
 from ..sampling import Dist
 
 if TYPE_CHECKING:
     from ..draft_length import DraftLength
     from ..loop import Rules
+    from .history import History
     from .model import ModelDrafter
     from .ngram import NgramDrafter
 
@@ -32,6 +34,17 @@ class Draft:
     copied: list[int] | None = None
     remembered: bool = False
     from_text: bool = False  # copied from earlier text (the n-gram drafter), not guessed by a model
+    origin: Origin | None = None  # copied from a stored reply of an earlier chat (``drafters.history``): which one
+
+    @property
+    def source(self) -> DraftSource | None:
+        if not self.tokens:
+            return None
+        if self.origin is not None:
+            return DraftSource.HISTORY
+        if self.from_text:
+            return DraftSource.REMEMBERED if self.remembered else DraftSource.CONVERSATION
+        return DraftSource.MODEL
 
 
 NO_DRAFT = Draft([])
@@ -61,11 +74,12 @@ class Drafter(Protocol):
 @dataclass(frozen=True)
 class Parts:
     """What a method's drafter is built from: the engine's n-gram drafter (it remembers replies across switches), the
-    loaded draft model's drafter, and the draft-length policy in use."""
+    loaded draft model's drafter, the draft-length policy in use, and the index over the user's earlier chats."""
 
     ngram: NgramDrafter
     model: ModelDrafter | None
     length: DraftLength
+    history: History
 
 
 @dataclass(frozen=True)
@@ -79,4 +93,5 @@ class Method:
     build: Callable[[Parts], Drafter | None] | None = None  # None: no drafter here ("none"; ``server_only`` ones)
     draft_model: bool = False  # loads [draft] model
     copies: bool = False  # drafts by copying earlier text: "auto" prices its drafts by how far the match reaches
+    reads_history: bool = False  # drafts from the user's earlier chats: the engine indexes them (``Parts.history``)
     server_only: str = ""  # why only a llama.cpp server runs it

@@ -1,0 +1,42 @@
+"""The stored replies the "suffix" method drafts from (``engine.drafters.history``), read from the chats database.
+
+Read on the history index's own thread, through a read-only connection of its own (WAL lets it read while the app
+writes), oldest first: the index keeps the most recent when it is full. Each assistant reply is paired with the user
+message it answered; a reply still streaming (no finish reason) or empty is left out.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..engine.drafters.history import StoredReply
+
+_REPLIES = """
+    SELECT a.conversation_id, a.id, u.content, a.content, a.tokens, a.target_id
+    FROM messages AS a JOIN messages AS u
+      ON u.conversation_id = a.conversation_id AND u.position = a.position - 1 AND u.role = 'user'
+    WHERE a.role = 'assistant' AND a.finish_reason IS NOT NULL AND a.content != ''
+    ORDER BY a.created, a.id
+"""
+
+
+def stored_replies(path: Path) -> Iterator[StoredReply]:
+    """Every finished reply in the chats database at ``path`` with the question it answered, oldest first."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    db.text_factory = lambda data: data.decode("utf-8", "replace")
+    try:
+        for conversation_id, message_id, question, reply, tokens, target_id in db.execute(_REPLIES):
+            yield StoredReply((conversation_id, message_id), question, reply, _tokens(tokens), target_id)
+    finally:
+        db.close()
+
+
+def _tokens(text: str | None) -> tuple[int, ...] | None:
+    try:
+        tokens = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None  # a damaged column: the reply's text is tokenized instead
+    return tuple(tokens) if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens) else None

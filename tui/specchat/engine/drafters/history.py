@@ -1,0 +1,294 @@
+"""The replies of the user's earlier chats, indexed for drafting (the "suffix" method, after SuffixDecoding).
+
+Every stored reply is one document: the last ``PROMPT_TAIL`` tokens of its question as the chat template renders it
+for the target, then the reply's tokens (as the target generated them when it was this target, else its text
+tokenized). Documents are laid end to end with a separator no token equals, and a suffix array over the *reversed*
+tokens finds, for the end of the conversation, the longest stretch that occurred before and every place it occurred:
+extending a match one token further back narrows a range of the array.
+
+What follows the occurrences is scored by frequency, as SuffixDecoding scores its suffix tree: the draft takes at each
+position the token most of the still-agreeing occurrences continue with, its probability the share of them that do,
+and stops when the running product (the chance that the whole draft so far survives) falls below ``MIN_PROBABILITY``
+or the draft grows longer than ``LENGTH_FACTOR`` times the match (a short match is weak evidence).
+
+Memory is bounded: ``MAX_TOKENS`` tokens at most, the most recent replies kept — 4 bytes each for the tokens, the
+reversed copy and the suffix array, about 48 MB at the bound. Built off the engine's thread (``HistoryBuilder``), so
+the first token never waits for it; until it is built the method drafts from the conversation alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..llama import Model
+from .base import NO_DRAFT, Draft
+
+if TYPE_CHECKING:
+    from ..chat_template import ChatTemplate
+    from ..loop import Rules
+
+Origin = tuple[int, int]  # (conversation id, message id) of a stored reply: what the front end can show and forget
+
+SEPARATOR = -1  # between documents: no token equals it, so no match runs across two replies
+PAD = -2  # beyond the end of the reversed tokens, below every token and the separator as the array sorts them
+MAX_MATCH = 64  # how far back a match is followed: the suffix array is sorted this deep
+PROMPT_TAIL = 32  # tokens of each reply's question kept, so a question asked again finds its earlier answer
+MAX_TOKENS = 4_000_000  # the most tokens indexed (the most recent replies)
+OCCURRENCES = 64  # occurrences of a match that vote on the draft: the most recent ones
+MIN_PROBABILITY = 0.1  # SuffixDecoding's min_token_prob: a draft stops where its chance to survive falls below this
+LENGTH_FACTOR = 1.0  # SuffixDecoding's max_spec_factor: a draft is at most this many times as long as its match
+MIN_MATCH = 2  # a single matching token says too little to draft from
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReply:
+    """One earlier reply as the front end read it from the chats store."""
+
+    origin: Origin
+    question: str  # the user message it answered
+    reply: str
+    tokens: tuple[int, ...] | None = None  # the reply's token ids, when the target that generated them is known
+    target_id: str | None = None  # that target's identity (``llama.model_identity``)
+
+
+@dataclass
+class History:
+    """The engine's index over earlier chats, shared by every configuration of one target (as the n-gram drafter's
+    memory is). ``index`` is swapped in whole when a build ends, so the step loop reads one index or the other, never
+    half of one; ``forget`` may be called from any thread."""
+
+    index: HistoryIndex | None = None
+    forgotten: set[int] = field(default_factory=set)  # conversation ids deleted or made private since the build
+    problem: str = ""  # why the last build failed, when it did
+
+    def forget(self, conversation_id: int) -> None:
+        self.forgotten.add(conversation_id)
+
+    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
+        index = self.index
+        return index.propose(seq, n_max, rules, self.forgotten) if index is not None else NO_DRAFT
+
+
+class HistoryIndex:
+    def __init__(self, documents: Sequence[tuple[Origin, Sequence[int]]]) -> None:
+        kept, total = [], 0
+        for origin, tokens in reversed(documents):  # the most recent first, until the bound
+            if total + len(tokens) + 1 > MAX_TOKENS:
+                break
+            kept.append((origin, tokens))
+            total += len(tokens) + 1
+        kept.reverse()
+        text = np.full(total, SEPARATOR, dtype=np.int32)
+        starts, at = [], 0
+        for _, tokens in kept:
+            text[at + 1: at + 1 + len(tokens)] = tokens
+            starts.append(at + 1)
+            at += len(tokens) + 1
+        self.text = text
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.origins = [origin for origin, _ in kept]
+        self.documents = len(kept)
+        reversed_text = np.full(total + MAX_MATCH + 1, PAD, dtype=np.int32)
+        reversed_text[:total] = text[::-1]
+        self._reversed = reversed_text
+        self._array = suffix_array(reversed_text[:total], MAX_MATCH)
+        self._first = reversed_text[self._array]  # the first token of each sorted suffix: a match's first narrowing
+
+    @property
+    def tokens(self) -> int:
+        return len(self.text)
+
+    @property
+    def nbytes(self) -> int:
+        return self.text.nbytes + self._reversed.nbytes + self._array.nbytes + self._first.nbytes
+
+    def longest_match(self, seq: Sequence[int]) -> tuple[int, int, int]:
+        """How many tokens at the end of ``seq`` occurred before (at most ``MAX_MATCH``), and the range of the suffix
+        array holding every occurrence."""
+        if not len(self._array) or not seq:
+            return 0, 0, 0
+        last = seq[-1]
+        lo = int(np.searchsorted(self._first, last, "left"))
+        hi = int(np.searchsorted(self._first, last, "right"))
+        if lo == hi:
+            return 0, 0, 0
+        length = 1
+        for j in range(1, min(MAX_MATCH, len(seq))):
+            token = seq[-1 - j]
+            new_lo, new_hi = self._narrow(lo, hi, j, token)
+            if new_lo == new_hi:
+                break
+            lo, hi, length = new_lo, new_hi, j + 1
+        return length, lo, hi
+
+    def _narrow(self, lo: int, hi: int, j: int, token: int) -> tuple[int, int]:
+        """The part of ``[lo, hi)`` whose suffixes hold ``token`` at offset ``j`` (they agree before it, so it is
+        sorted there)."""
+        if hi - lo <= 4096:
+            keys = self._reversed[self._array[lo:hi] + j]
+            return lo + int(np.searchsorted(keys, token, "left")), lo + int(np.searchsorted(keys, token, "right"))
+        array, text = self._array, self._reversed
+        a, b = lo, hi
+        while a < b:  # the first suffix whose token at j is not below ``token``
+            mid = (a + b) // 2
+            if text[array[mid] + j] < token:
+                a = mid + 1
+            else:
+                b = mid
+        start, b = a, hi
+        while a < b:  # the first suffix whose token at j is above it
+            mid = (a + b) // 2
+            if text[array[mid] + j] <= token:
+                a = mid + 1
+            else:
+                b = mid
+        return start, a
+
+    def follows(self, lo: int, hi: int, forgotten: set[int]) -> list[int]:
+        """Where the text after each occurrence in ``[lo, hi)`` begins, the most recent ``OCCURRENCES`` first (a
+        forgotten chat's are left out)."""
+        positions = self._array[lo:hi]
+        if len(positions) > OCCURRENCES * 64:  # a very common stretch: a spread sample stands for it
+            positions = positions[:: len(positions) // (OCCURRENCES * 64)]
+        if len(positions) > OCCURRENCES:
+            positions = np.partition(positions, OCCURRENCES)[:OCCURRENCES]
+        total = len(self.text)
+        follows = sorted((total - int(p) for p in positions if p >= 1), reverse=True)  # the match ends before
+        if forgotten:
+            follows = [f for f in follows if self.origin_at(f)[0] not in forgotten]
+        return [f for f in follows if self.text[f] != SEPARATOR]
+
+    def origin_at(self, position: int) -> Origin:
+        return self.origins[int(np.searchsorted(self.starts, position, "right")) - 1]
+
+    def propose(self, seq: Sequence[int], n_max: int, rules: Rules, forgotten: set[int]) -> Draft:
+        match, lo, hi = self.longest_match(seq)
+        if match < MIN_MATCH:
+            return NO_DRAFT
+        follows = self.follows(lo, hi, forgotten)
+        limit = min(n_max, max(1, int(match * LENGTH_FACTOR)))
+        if not follows or limit < 1:
+            return NO_DRAFT
+        text, total = self.text, len(self.text)
+        tokens: list[int] = []
+        survival, withheld = 1.0, 0
+        alive = follows
+        while len(tokens) < limit:
+            i = len(tokens)
+            # Counted in the order first seen: ``alive`` is newest first, so a tie goes to the most recent occurrence.
+            counts: dict[int, int] = {}
+            for f in alive:
+                if f + i < total and (token := int(text[f + i])) != SEPARATOR:
+                    counts[token] = counts.get(token, 0) + 1
+            if not counts:
+                break
+            best = max(counts, key=counts.__getitem__)  # the first of the most frequent continuations
+            chance = survival * counts[best] / len(alive)
+            if chance < MIN_PROBABILITY:
+                withheld = 1
+                break
+            survival = chance
+            tokens.append(best)
+            alive = [f for f in alive if f + i < total and text[f + i] == best]
+            if rules.vocab.is_eog(best):
+                break
+        if not tokens:
+            return NO_DRAFT
+        source = alive[0]  # the most recent occurrence that agreed with the whole draft
+        copied = [int(t) for t in text[max(source - match, 0): source + len(tokens)]] if rules.top else None
+        return Draft(tokens, withheld=withheld, match=match, copied=copied, remembered=True, from_text=True,
+                     origin=self.origin_at(source))
+
+
+def suffix_array(text: np.ndarray, depth: int) -> np.ndarray:
+    """The suffixes of ``text`` sorted by their first ``depth`` tokens (prefix doubling: each pass sorts by twice as
+    many, from the ranks of the last), a suffix that ends sooner first."""
+    n = len(text)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    rank = text.astype(np.int64) - PAD + 1  # ranks from 1: 0 is "beyond the end"
+    order = np.argsort(rank, kind="stable")
+    span = 1
+    while span < depth:
+        second = np.zeros(n, dtype=np.int64)
+        second[: n - span] = rank[span:]
+        order = np.lexsort((second, rank))
+        first_sorted, second_sorted = rank[order], second[order]
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        new[1:] = (first_sorted[1:] != first_sorted[:-1]) | (second_sorted[1:] != second_sorted[:-1])
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.cumsum(new)
+        if rank[order[-1]] == n:  # every suffix told apart: deeper passes change nothing
+            break
+        span *= 2
+    return order
+
+
+Tokenize = Callable[[str], list[int]]
+
+
+def documents_of(replies: Iterable[StoredReply], target_id: str, template: ChatTemplate, tokenize: Tokenize,
+                 stop: threading.Event) -> list[tuple[Origin, list[int]]]:
+    """Each reply as the tokens it is indexed by: its question's tail as the template renders it, then the reply."""
+    documents = []
+    for stored in replies:
+        if stop.is_set():
+            break
+        question = tokenize(template.render([{"role": "user", "content": stored.question}],
+                                            add_generation_prompt=True))[-PROMPT_TAIL:]
+        reply = list(stored.tokens) if stored.tokens and stored.target_id == target_id else \
+            tokenize(stored.reply)
+        if reply:
+            documents.append((stored.origin, question + reply))
+    return documents
+
+
+class HistoryBuilder:
+    """Builds a ``History``'s index on a thread of its own, tokenizing with a vocabulary-only load of the target (so the
+    engine's model can be freed while it runs), and swaps it in when done."""
+
+    def __init__(self, history: History, read: Callable[[], Iterable[StoredReply]], model_path: Path,
+                 target_id: str, template: ChatTemplate, on_built: Callable[[HistoryIndex], None] | None = None) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._build, name="history index", daemon=True,
+                                        args=(history, read, model_path, target_id, template, on_built))
+        self._thread.start()
+
+    def _build(self, history: History, read: Callable[[], Iterable[StoredReply]], model_path: Path, target_id: str,
+               template: ChatTemplate, on_built: Callable[[HistoryIndex], None] | None) -> None:
+        try:
+            vocab = Model(model_path, vocab_only=True)
+            try:
+                documents = documents_of(read(), target_id, template,
+                                         lambda text: vocab.tokenize(text, add_special=False), self._stop)
+            finally:
+                vocab.close()
+            if self._stop.is_set():
+                return
+            index = HistoryIndex(documents)
+        except Exception as exc:  # noqa: BLE001 — a thread's failure must reach the screen as a line, not a traceback
+            history.problem = f"earlier chats are not drafted from: {exc}"
+            return
+        if not self._stop.is_set():
+            history.index = index
+            if on_built is not None:
+                on_built(index)
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stop building (the index in place stays) and wait for the thread."""
+        self._stop.set()
+        self._thread.join()
