@@ -273,3 +273,24 @@ def test_cost_cache_is_remeasured_when_corrupt_stale_or_for_another_key(tmp_path
     path.write_text(json.dumps(data))
     cache.get("model-a", measure)
     assert len(calls) == 6
+
+
+def test_a_copy_scored_by_frequency_is_priced_by_the_lower_of_its_own_chance_and_the_hazards():
+    """Three earlier reports went on with three different cities after "City:": the match is long, so the hazards
+    alone would verify the copy, but its own chance is one in three — on this CPU's curve a loss, on a flat one a
+    gain. Where earlier replies all agree, the hazards decide as before."""
+    cpu = MatchHazards(CPU, k_max=32)
+    for _ in range(50):
+        cpu.observe(32, [True] * 8)  # copies on long matches have been right
+    assert cpu.plan(32) > 0
+    assert cpu.plan(32, (1 / 3,)) == 0
+    assert cpu.plan(32, (1.0, 1.0, 1.0, 1.0)) == min(cpu.plan(32), 4)
+    flat = MatchHazards(FLAT, k_max=32)
+    flat.observe(32, [True] * 8)
+    assert flat.plan(32, (1 / 3,)) == 1
+    k, gain = cpu.best(32, survival=(0.9, 0.5, 0.2))
+    right = 1 - cpu.hazards()[-1]  # the last class: every effective match from 32 on
+    expected = [1, 1 + min(right, 0.9), 1 + min(right, 0.9) + min(right ** 2, 0.5),
+                1 + min(right, 0.9) + min(right ** 2, 0.5) + min(right ** 3, 0.2)]
+    speeds = [e * CPU(1) / CPU(i + 1) for i, e in enumerate(expected)]
+    assert k == int(np.argmax(speeds)) and gain == pytest.approx(max(speeds))

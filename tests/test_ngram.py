@@ -152,6 +152,6 @@ def test_every_step_judges_the_proposal_as_far_as_the_target_shows(verified, jud
     seq = [1, 2, 3, 4, 5, 9, 10, 1, 2, 3]  # proposal after the last 1, 2, 3: 4, 5, 9, 10, 1, 2, 3
     target = Counting()
     target.decode(seq[:-1])
-    outcome = speculate(target, seq, NgramDrafter(), 16, RULES, choose=lambda match: verified)
+    outcome = speculate(target, seq, NgramDrafter(), 16, RULES, choose=lambda draft: verified)
     assert outcome.drafted == verified and outcome.kind == kind and outcome.match == 3
     assert outcome.judgements() == judged

@@ -93,7 +93,7 @@ method = "ngram"
         ("[target]\nmodel = \"x.gguf\"\n[draft]\nmethod = \"ngram+draft\"\n",
          r"p\.toml:4: \[draft\] method: method 'ngram\+draft' needs \[draft\] model"),
         (GOOD.replace('"ngram"', '"magic"'),
-         r"p\.toml:4: \[draft\] method: got 'magic', expected one of none, draft, ngram, ngram\+draft, mtp"),
+         r"p\.toml:4: \[draft\] method: got 'magic', expected one of none, draft, ngram, ngram\+draft, suffix, mtp"),
         (GOOD + '[backend]\nkind = "llama-server"\nspec_type = "ngram-mod,draft-warp"\n',
          r"p\.toml:7: \[backend\] spec_type: got 'ngram-mod,draft-warp', expected one of llama.cpp's spec types"),
         (GOOD + '[backend]\nkind = "llama-server"\nspec_type = "ngram-mod, draft-simple"\n',

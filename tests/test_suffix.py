@@ -27,6 +27,7 @@ from specchat.chats.replay import Replay, judgement_of, step_lines
 from specchat.chats.store import Store
 from specchat.chats.trace import events_of, row_of
 from specchat.engine import Message
+from specchat.engine.drafters.history_cache import TokenCache, digest
 from specchat.engine.events import DraftRejected, DraftSource, StepVerified
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
@@ -353,3 +354,57 @@ def test_ask_reads_the_stored_chats(tmp_path, seeded, plain):
     steps = [r for r in rows if r["type"] == "step"]
     assert all(r.get("source") in (None, "conversation", "history") for r in steps)
     assert all(tuple(r["origin"]) in stored_origins(seeded) for r in steps if "origin" in r)
+
+
+def test_the_tokens_of_stored_replies_are_kept_between_starts_and_a_deleted_chat_leaves_them(make_engine, tmp_path,
+                                                                                                seeded):
+    db = tmp_path / "chats.sqlite3"
+    shutil.copy(seeded, db)
+    first = make_engine("suffix", n_max=4)
+    first.learn_history(partial(stored_replies, db))
+    assert first.wait_for_history(60)
+    cache = paths.cache_dir() / "history" / f"{first.target.identity}.npz"
+    assert cache.stat().st_mode & 0o777 == 0o600
+    kept = TokenCache(cache)
+    replies = list(stored_replies(db))
+    for reply in replies:  # every reply is in the file, as its index holds it
+        ids = reply.tokens if reply.tokens and reply.target_id == first.target.identity else None
+        assert kept.get(digest(reply.question, reply.reply, ids)) is not None
+    expected = first.history.index.text.tolist()
+    gone = replies[0].origin[0]
+    store = Store(db)
+    store.delete(gone)
+    store.close()
+    second = make_engine("suffix", n_max=4)
+    second.learn_history(partial(stored_replies, db))
+    assert second.wait_for_history(60)
+    left = [r for r in replies if r.origin[0] != gone]
+    assert second.history.index.documents == len(left)
+    assert len(second.history.index.text) < len(expected)
+    again = TokenCache(cache)
+    assert again.get(digest(replies[0].question, replies[0].reply, replies[0].tokens)) is None
+    assert again.get(digest(replies[0].question, replies[0].reply, None)) is None
+
+
+def test_a_private_chat_is_drafted_from_no_more_now_or_at_the_next_start(tmp_path, seeded):
+    run = Run(tmp_path, seeded)
+    try:
+        run.controller.new_chat()
+        run.ask(TURNS[0])
+        used = {s.origin[0] for s in run.steps(DraftSource.HISTORY)}
+        assert used
+        env = front_end_env(tmp_path / "cli", run.db)
+        for chat_id in used:  # as a user marks them: the command line, on the database the app has open
+            result = subprocess.run([sys.executable, "-m", "specchat", "chats", "private", str(chat_id)], env=env,
+                                    capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0 and "private — not drafted from in other chats" in result.stdout, result
+        cli_db = tmp_path / "cli" / "data" / "specchat" / "chats.sqlite3"
+        assert not {r.origin[0] for r in stored_replies(cli_db)} & used  # the next start reads none of them
+        for chat_id in used:  # and the app marks them in its own store: forgotten at once
+            run.controller.session.store.set_private(chat_id, True)
+        run.events.clear()
+        run.controller.new_chat()
+        run.ask(TURNS[0])
+        assert not {s.origin[0] for s in run.steps(DraftSource.HISTORY)} & used
+    finally:
+        run.close()

@@ -68,8 +68,13 @@ def _v4(db: sqlite3.Connection) -> None:
         )""")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
-COLUMNS = {"conversations": ("id", "title", "profile", "system_prompt", "created", "updated"),
+def _v5(db: sqlite3.Connection) -> None:
+    # A private chat is never drafted from in another chat (the "suffix" method: chats/recall.py).
+    db.execute("ALTER TABLE conversations ADD COLUMN private INTEGER NOT NULL DEFAULT 0")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+COLUMNS = {"conversations": ("id", "title", "profile", "system_prompt", "created", "updated", "private"),
            "messages": ("id", "conversation_id", "position", "role", "content", "tokens", "segments", "ghosts",
                         "finish_reason", "telemetry", "target_id", "trace", "created"),
            "messages_fts": ("rowid", "text"),

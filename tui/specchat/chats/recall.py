@@ -2,7 +2,8 @@
 
 Read on the history index's own thread, through a read-only connection of its own (WAL lets it read while the app
 writes), oldest first: the index keeps the most recent when it is full. Each assistant reply is paired with the user
-message it answered; a reply still streaming (no finish reason) or empty is left out.
+message it answered; a reply still streaming (no finish reason) or empty, and every reply of a private chat
+(``specchat chats private ID``), are left out.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ _REPLIES = """
     SELECT a.conversation_id, a.id, u.content, a.content, a.tokens, a.target_id
     FROM messages AS a JOIN messages AS u
       ON u.conversation_id = a.conversation_id AND u.position = a.position - 1 AND u.role = 'user'
-    WHERE a.role = 'assistant' AND a.finish_reason IS NOT NULL AND a.content != ''
+    JOIN conversations AS c ON c.id = a.conversation_id
+    WHERE a.role = 'assistant' AND a.finish_reason IS NOT NULL AND a.content != '' AND c.private = 0
     ORDER BY a.created, a.id
 """
 

@@ -100,7 +100,8 @@ class DamagedDatabase(sqlite3.DatabaseError):
 class Store:
     def __init__(self, path: Path) -> None:
         self.path = path
-        # Told the id of each chat deleted: what drafts from earlier chats forgets it (``ChatController``).
+        # Told the id of each chat deleted or made private: what drafts from earlier chats forgets it
+        # (``ChatController``).
         self.forgetting: list[Callable[[int], None]] = []
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
@@ -234,6 +235,21 @@ class Store:
             self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
         for forget in self.forgetting:
             forget(conversation_id)
+
+    @_one_line_errors
+    def set_private(self, conversation_id: int, private: bool) -> None:
+        """A private chat is not drafted from in other chats (``chats.recall``); one made private now is forgotten by
+        what drafts from the stored chats at once."""
+        self.get(conversation_id)  # one that does not exist is one line
+        with self._transaction():
+            self.db.execute("UPDATE conversations SET private = ? WHERE id = ?", (int(private), conversation_id))
+        if private:
+            for forget in self.forgetting:
+                forget(conversation_id)
+
+    @_one_line_errors
+    def private_chats(self) -> set[int]:
+        return {row[0] for row in self.db.execute("SELECT id FROM conversations WHERE private != 0")}
 
     def _unindex(self, table: str, where: str, args: tuple) -> None:
         """Take ``table``'s rows that match ``where`` out of its search index (``{table}_fts``, keyed by their ids),

@@ -1,4 +1,4 @@
-"""``specchat chats list | search WORDS | show ID | export ID [DIR]``: the stored chats, for scripts (as ``llm logs``)."""
+"""``specchat chats list | search WORDS | show ID | export ID [DIR] | private ID [--off]``: the stored chats, for scripts (as ``llm logs``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..errors import ConfigError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     chats = sub.add_parser("chats", help="the stored chats: list, search, show or export them")
-    action = chats.add_subparsers(dest="action", required=True, metavar="{list,search,show,export}")
+    action = chats.add_subparsers(dest="action", required=True, metavar="{list,search,show,export,private}")
     action.add_parser("list", help="every chat, the most recently used first: id, messages, last used, title")
     search = action.add_parser("search", help="the messages holding every word given (accents and case aside; the"
                                               " last word may be the start of one): chat id, title, the text")
@@ -25,6 +25,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     export = action.add_parser("export", help="a chat as Markdown and JSON (every token's provenance)")
     export.add_argument("id", type=int, help="the chat's id")
     export.add_argument("dir", nargs="?", default="", help="the folder to write to (default: specchat's exports)")
+    private = action.add_parser("private", help="never draft from this chat in another one (the suffix method), or"
+                                                " again with --off")
+    private.add_argument("id", type=int, help="the chat's id")
+    private.add_argument("--off", action="store_true", help="draft from it again")
 
 
 @contextlib.contextmanager
@@ -112,5 +116,13 @@ def _export(store, args) -> int:
     return 0
 
 
-ACTIONS = {"list": _list, "search": _search, "show": _show, "export": _export}
+def _private(store, args) -> int:
+    store.set_private(args.id, not args.off)
+    chat = store.get(args.id)
+    print(f"chat {chat.id} ({chat.title}): " + ("drafted from again in other chats" if args.off else
+          "private — not drafted from in other chats (an app already running forgets it at its next start)"))
+    return 0
+
+
+ACTIONS = {"list": _list, "search": _search, "show": _show, "export": _export, "private": _private}
 

@@ -86,14 +86,15 @@ class Adaptive:
         """``policy``'s planned draft length ``k``, or longer on an exploring step."""
         return lengthened(k, self.steps, policy.k_max)
 
-    def plan(self, limit: int) -> tuple[int, Callable[[int], int] | None]:
+    def plan(self, limit: int) -> tuple[int, Callable[[Draft], int] | None]:
         """``draft_length.DraftLength.plan``: a plain step when calibrating; an n-gram copy's length chosen once it is
         proposed; a model draft's from the acceptance seen."""
         if self.calibrating:
             return 0, None
         hazards = self.hazards
         if hazards is not None:  # (the combined method asks the draft model's policy itself when it does not copy)
-            return limit, lambda match: min(self.lengthen(hazards.plan(match), hazards), hazards.cap, limit)
+            return limit, lambda draft: min(self.lengthen(hazards.plan(draft.match, draft.survival), hazards),
+                                            hazards.cap, limit)
         return min(self.model_length(), limit), None
 
     def copy_length(self, match: int) -> int:

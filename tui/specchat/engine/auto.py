@@ -232,18 +232,30 @@ class MatchHazards:
         right, wrong = (self.prior + self.evidence).T
         return wrong / (right + wrong)
 
-    def best(self, match: int, longest: int | None = None) -> tuple[int, float]:
+    def best(self, match: int, longest: int | None = None,
+             survival: Sequence[float] | None = None) -> tuple[int, float]:
         """The draft length (up to ``longest``) for a match of ``match`` tokens with the highest expected speed-up,
-        and that speed-up."""
+        and that speed-up. ``survival``: the drafter's own estimate of the chance that its first 1, 2, … tokens are all
+        right (a copy scored by how often earlier text went on that way); the lower of it and the hazards' holds, and
+        the draft is no longer than it."""
         # Hazards are constant beyond the longest class, so a longer match drafts as that class does.
-        gains = self._gains_from(np.array([min(match, int(self.edges[-1]))]))[0][: None if longest is None else longest + 1]
+        start = min(match, int(self.edges[-1]))
+        if survival is None:
+            gains = self._gains_from(np.array([start]))[0]
+        else:
+            n = min(len(survival), self.k_max)
+            log_s = self._log_survival
+            by_hazards = np.exp(log_s[start + 1: start + n + 1] - log_s[start])
+            held = np.minimum(by_hazards, np.asarray(survival[:n], dtype=float))
+            gains = (1 + np.concatenate(([0.0], np.cumsum(held)))) * self._per_token[: n + 1]
+        gains = gains[: None if longest is None else longest + 1]
         k = int(np.argmax(gains))
         return k, float(gains[k])
 
-    def plan(self, match: int) -> int:
-        """How many tokens of a draft whose text before it matched ``match`` tokens to verify: the best length this
-        reply has earned (``cap``), if that is clearly faster than a plain step."""
-        k, gain = self.best(match, self.cap)
+    def plan(self, match: int, survival: Sequence[float] | None = None) -> int:
+        """How many tokens of a draft whose text before it matched ``match`` tokens to verify (``survival``: see
+        ``best``): the best length this reply has earned (``cap``), if that is clearly faster than a plain step."""
+        k, gain = self.best(match, self.cap, survival)
         self.k = k if gain >= DRAFT_ABOVE else 0
         return self.k
 

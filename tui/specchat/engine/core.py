@@ -17,6 +17,7 @@ from time import perf_counter
 
 import numpy as np
 
+from .. import paths
 from ..errors import ConfigError
 from .candidates import Ranked, RowJudgement, ranked
 from .chat_template import ChatTemplate
@@ -203,7 +204,8 @@ class Engine:
             return
         target = self.target
         self._history_builder = HistoryBuilder(self.speculation.history, self._read_history, target.path,
-                                               target.identity, self.template)
+                                               target.identity, self.template,
+                                               paths.cache_dir() / "history" / f"{target.identity}.npz")
 
     def _stop_history(self) -> None:
         if self._history_builder is not None:

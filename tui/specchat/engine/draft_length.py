@@ -25,9 +25,9 @@ class DraftLength(Protocol):
     def reason(self) -> str:
         ...
 
-    def plan(self, limit: int) -> tuple[int, Callable[[int], int] | None]:
+    def plan(self, limit: int) -> tuple[int, Callable[[Draft], int] | None]:
         """The most draft tokens the next step may verify (at most ``limit``), and, for drafts whose length is chosen
-        after seeing them (n-gram copies), how far to verify one from its match length."""
+        after seeing them (copies), how far to verify one (from its match length, and its own ``survival``)."""
         ...
 
     def copy_length(self, match: int) -> int:
@@ -60,7 +60,7 @@ class FixedLength:
     def __init__(self, n_max: int) -> None:
         self.k = n_max
 
-    def plan(self, limit: int) -> tuple[int, Callable[[int], int] | None]:
+    def plan(self, limit: int) -> tuple[int, Callable[[Draft], int] | None]:
         return min(self.k, limit), None
 
     def copy_length(self, match: int) -> int:

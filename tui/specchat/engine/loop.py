@@ -76,18 +76,19 @@ class StepOutcome:
 
 
 def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | None, k: int, rules: Rules,
-              choose: Callable[[int], int] | None = None) -> StepOutcome:
+              choose: Callable[[Draft], int] | None = None) -> StepOutcome:
     """One step after ``tokens`` (the conversation; the target's cache holds all but its last token).
 
-    ``k`` is the most draft tokens to verify; ``choose``, when given, decides from a copied draft's match length how
-    many of them (n-gram drafts cost nothing to propose, so their length is chosen after seeing them).
+    ``k`` is the most draft tokens to verify; ``choose``, when given, decides from a copied draft — its match length,
+    and the chance of each token's survival where the drafter scored it — how many of them (copies cost nothing to
+    propose, so their length is chosen after seeing them).
     """
     # 1. Draft.
     start = perf_counter()
     draft = drafter.propose(tokens, k, rules) if drafter is not None and k > 0 else NO_DRAFT
     proposal = draft.tokens
     if choose is not None and draft.tokens and draft.from_text:
-        kept = choose(draft.match)
+        kept = choose(draft)
         copied = draft.copied[: len(draft.copied) - len(draft.tokens) + kept] if draft.copied else None
         draft = replace(draft, tokens=draft.tokens[:kept], copied=copied)
     t_draft = perf_counter() - start

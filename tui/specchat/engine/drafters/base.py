@@ -35,6 +35,9 @@ class Draft:
     remembered: bool = False
     from_text: bool = False  # copied from earlier text (the n-gram drafter), not guessed by a model
     origin: Origin | None = None  # copied from a stored reply of an earlier chat (``drafters.history``): which one
+    # A copy scored by frequency: the chance that its first 1, 2, … tokens are all right ("auto" prices it by the
+    # lower of this and what the match length says).
+    survival: tuple[float, ...] | None = None
 
     @property
     def source(self) -> DraftSource | None:

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..llama import Model
 from .base import NO_DRAFT, Draft
+from .history_cache import TokenCache, digest
 
 if TYPE_CHECKING:
     from ..chat_template import ChatTemplate
@@ -44,6 +45,7 @@ OCCURRENCES = 64  # occurrences of a match that vote on the draft: the most rece
 MIN_PROBABILITY = 0.1  # SuffixDecoding's min_token_prob: a draft stops where its chance to survive falls below this
 LENGTH_FACTOR = 1.0  # SuffixDecoding's max_spec_factor: a draft is at most this many times as long as its match
 MIN_MATCH = 2  # a single matching token says too little to draft from
+FEW = 64  # occurrences few enough to follow all at once rather than narrow token by token
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,29 +86,33 @@ class HistoryIndex:
             kept.append((origin, tokens))
             total += len(tokens) + 1
         kept.reverse()
-        text = np.full(total, SEPARATOR, dtype=np.int32)
+        # Separators after the end too: a draft read past the last reply reads one, and stops.
+        text = np.full(total + MAX_MATCH, SEPARATOR, dtype=np.int32)
         starts, at = [], 0
         for _, tokens in kept:
             text[at + 1: at + 1 + len(tokens)] = tokens
             starts.append(at + 1)
             at += len(tokens) + 1
-        self.text = text
+        self.text, self._end = text, total
         self.starts = np.asarray(starts, dtype=np.int64)
         self.origins = [origin for origin, _ in kept]
         self.documents = len(kept)
         reversed_text = np.full(total + MAX_MATCH + 1, PAD, dtype=np.int32)
-        reversed_text[:total] = text[::-1]
+        reversed_text[:total] = text[:total][::-1]
         self._reversed = reversed_text
-        self._array = suffix_array(reversed_text[:total], MAX_MATCH)
-        self._first = reversed_text[self._array]  # the first token of each sorted suffix: a match's first narrowing
+        self._array = suffix_array(reversed_text[:total], MAX_MATCH).astype(np.int32)
+        # Where the suffixes that begin with each token begin in the array (sorted by that token first): a match's
+        # first narrowing is a lookup, not a search.
+        counts = np.bincount(text[:total][text[:total] >= 0], minlength=1) if total else np.zeros(1, dtype=np.int64)
+        self._by_first = np.concatenate(([0], np.cumsum(counts))) + (self.documents if total else 0)
 
     @property
     def tokens(self) -> int:
-        return len(self.text)
+        return self._end
 
     @property
     def nbytes(self) -> int:
-        return self.text.nbytes + self._reversed.nbytes + self._array.nbytes + self._first.nbytes
+        return self.text.nbytes + self._reversed.nbytes + self._array.nbytes + self._by_first.nbytes
 
     def longest_match(self, seq: Sequence[int]) -> tuple[int, int, int]:
         """How many tokens at the end of ``seq`` occurred before (at most ``MAX_MATCH``), and the range of the suffix
@@ -114,22 +120,30 @@ class HistoryIndex:
         if not len(self._array) or not seq:
             return 0, 0, 0
         last = seq[-1]
-        lo = int(np.searchsorted(self._first, last, "left"))
-        hi = int(np.searchsorted(self._first, last, "right"))
+        if not 0 <= last < len(self._by_first) - 1:
+            return 0, 0, 0
+        lo, hi = int(self._by_first[last]), int(self._by_first[last + 1])
         if lo == hi:
             return 0, 0, 0
-        length = 1
-        for j in range(1, min(MAX_MATCH, len(seq))):
-            token = seq[-1 - j]
-            new_lo, new_hi = self._narrow(lo, hi, j, token)
+        deepest = min(MAX_MATCH, len(seq))
+        pattern = np.asarray(seq[len(seq) - deepest:][::-1], dtype=np.int32)  # the conversation read backwards
+        for j in range(1, deepest):
+            if hi - lo <= FEW:  # few occurrences left: how far each goes on agreeing, all at once
+                rows = self._reversed[self._array[lo:hi, None] + np.arange(j, deepest)]
+                agree = np.logical_and.accumulate(rows == pattern[j:], axis=1).sum(axis=1)
+                best = int(agree.max())
+                # Those that agree furthest share the longest prefix: they lie next to each other in the array.
+                (where,) = np.nonzero(agree == best)
+                return j + best, lo + int(where[0]), lo + int(where[-1]) + 1
+            new_lo, new_hi = self._narrow(lo, hi, j, pattern[j])
             if new_lo == new_hi:
-                break
-            lo, hi, length = new_lo, new_hi, j + 1
-        return length, lo, hi
+                return j, lo, hi
+            lo, hi = new_lo, new_hi
+        return deepest, lo, hi
 
-    def _narrow(self, lo: int, hi: int, j: int, token: int) -> tuple[int, int]:
+    def _narrow(self, lo: int, hi: int, j: int, token: np.int32) -> tuple[int, int]:
         """The part of ``[lo, hi)`` whose suffixes hold ``token`` at offset ``j`` (they agree before it, so it is
-        sorted there)."""
+        sorted there). ``token`` is of the keys' type: a Python int would have them converted first."""
         if hi - lo <= 4096:
             keys = self._reversed[self._array[lo:hi] + j]
             return lo + int(np.searchsorted(keys, token, "left")), lo + int(np.searchsorted(keys, token, "right"))
@@ -158,11 +172,11 @@ class HistoryIndex:
             positions = positions[:: len(positions) // (OCCURRENCES * 64)]
         if len(positions) > OCCURRENCES:
             positions = np.partition(positions, OCCURRENCES)[:OCCURRENCES]
-        total = len(self.text)
+        total = self._end
         follows = sorted((total - int(p) for p in positions if p >= 1), reverse=True)  # the match ends before
         if forgotten:
             follows = [f for f in follows if self.origin_at(f)[0] not in forgotten]
-        return [f for f in follows if self.text[f] != SEPARATOR]
+        return follows
 
     def origin_at(self, position: int) -> Origin:
         return self.origins[int(np.searchsorted(self.starts, position, "right")) - 1]
@@ -175,16 +189,19 @@ class HistoryIndex:
         limit = min(n_max, max(1, int(match * LENGTH_FACTOR)))
         if not follows or limit < 1:
             return NO_DRAFT
-        text, total = self.text, len(self.text)
+        text = self.text
+        # What follows each occurrence, newest first, one row each (a separator where its reply ends).
+        rows = text[np.asarray(follows)[:, None] + np.arange(limit)].tolist()
         tokens: list[int] = []
+        chances: list[float] = []
         survival, withheld = 1.0, 0
-        alive = follows
+        alive = list(range(len(rows)))
         while len(tokens) < limit:
             i = len(tokens)
             # Counted in the order first seen: ``alive`` is newest first, so a tie goes to the most recent occurrence.
             counts: dict[int, int] = {}
-            for f in alive:
-                if f + i < total and (token := int(text[f + i])) != SEPARATOR:
+            for r in alive:
+                if (token := rows[r][i]) != SEPARATOR:
                     counts[token] = counts.get(token, 0) + 1
             if not counts:
                 break
@@ -195,15 +212,16 @@ class HistoryIndex:
                 break
             survival = chance
             tokens.append(best)
-            alive = [f for f in alive if f + i < total and text[f + i] == best]
+            chances.append(chance)
+            alive = [r for r in alive if rows[r][i] == best]
             if rules.vocab.is_eog(best):
                 break
         if not tokens:
             return NO_DRAFT
-        source = alive[0]  # the most recent occurrence that agreed with the whole draft
+        source = follows[alive[0]]  # the most recent occurrence that agreed with the whole draft
         copied = [int(t) for t in text[max(source - match, 0): source + len(tokens)]] if rules.top else None
         return Draft(tokens, withheld=withheld, match=match, copied=copied, remembered=True, from_text=True,
-                     origin=self.origin_at(source))
+                     origin=self.origin_at(source), survival=tuple(chances))
 
 
 def suffix_array(text: np.ndarray, depth: int) -> np.ndarray:
@@ -235,18 +253,24 @@ Tokenize = Callable[[str], list[int]]
 
 
 def documents_of(replies: Iterable[StoredReply], target_id: str, template: ChatTemplate, tokenize: Tokenize,
-                 stop: threading.Event) -> list[tuple[Origin, list[int]]]:
-    """Each reply as the tokens it is indexed by: its question's tail as the template renders it, then the reply."""
+                 stop: threading.Event, cache: TokenCache) -> list[tuple[Origin, list[int]]]:
+    """Each reply as the tokens it is indexed by: its question's tail as the template renders it, then the reply (as
+    the target generated it, when it was this target)."""
     documents = []
     for stored in replies:
         if stop.is_set():
             break
-        question = tokenize(template.render([{"role": "user", "content": stored.question}],
-                                            add_generation_prompt=True))[-PROMPT_TAIL:]
-        reply = list(stored.tokens) if stored.tokens and stored.target_id == target_id else \
-            tokenize(stored.reply)
-        if reply:
-            documents.append((stored.origin, question + reply))
+        ids = stored.tokens if stored.tokens and stored.target_id == target_id else None
+        key = digest(stored.question, stored.reply, ids)
+        tokens = cache.get(key)
+        if tokens is None:
+            question = tokenize(template.render([{"role": "user", "content": stored.question}],
+                                                add_generation_prompt=True))[-PROMPT_TAIL:]
+            reply = list(ids) if ids is not None else tokenize(stored.reply)
+            tokens = question + reply if reply else []
+            cache.put(key, tokens)
+        if tokens:
+            documents.append((stored.origin, tokens))
     return documents
 
 
@@ -255,40 +279,38 @@ class HistoryBuilder:
     engine's model can be freed while it runs), and swaps it in when done."""
 
     def __init__(self, history: History, read: Callable[[], Iterable[StoredReply]], model_path: Path,
-                 target_id: str, template: ChatTemplate, on_built: Callable[[HistoryIndex], None] | None = None) -> None:
+                 target_id: str, template: ChatTemplate, cache: Path) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._build, name="history index", daemon=True,
-                                        args=(history, read, model_path, target_id, template, on_built))
+                                        args=(history, read, model_path, target_id, template, cache))
         self._thread.start()
 
     def _build(self, history: History, read: Callable[[], Iterable[StoredReply]], model_path: Path, target_id: str,
-               template: ChatTemplate, on_built: Callable[[HistoryIndex], None] | None) -> None:
+               template: ChatTemplate, cache_path: Path) -> None:
         try:
+            cache = TokenCache(cache_path)
             vocab = Model(model_path, vocab_only=True)
             try:
                 documents = documents_of(read(), target_id, template,
-                                         lambda text: vocab.tokenize(text, add_special=False), self._stop)
+                                         lambda text: vocab.tokenize(text, add_special=False), self._stop, cache)
             finally:
                 vocab.close()
             if self._stop.is_set():
                 return
+            cache.save()
             index = HistoryIndex(documents)
         except Exception as exc:  # noqa: BLE001 — a thread's failure must reach the screen as a line, not a traceback
             history.problem = f"earlier chats are not drafted from: {exc}"
             return
         if not self._stop.is_set():
             history.index = index
-            if on_built is not None:
-                on_built(index)
-
-    def done(self) -> bool:
-        return not self._thread.is_alive()
 
     def wait(self, timeout: float | None = None) -> bool:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
     def stop(self) -> None:
-        """Stop building (the index in place stays) and wait for the thread."""
+        """Stop building at the next reply (the index in place stays). Not waited for: the thread tokenizes with a
+        vocabulary of its own, so the engine may free its models at once, and a suffix array being sorted (seconds,
+        for millions of tokens) is simply dropped when done."""
         self._stop.set()
-        self._thread.join()
