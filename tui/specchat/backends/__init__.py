@@ -76,9 +76,10 @@ class Backend(Protocol):
     def model_files(self) -> dict[str, Path]:
         """Role ("target", "draft") → the model file in use."""
 
-    def learn_history(self, read: Callable[[], Iterable[StoredReply]]) -> None:
+    def learn_history(self, read: Callable[[], Iterable[StoredReply]], *, wait: bool = False) -> None:
         """The user's earlier chats, for a method that drafts from them ("suffix"): ``read`` yields the stored replies
-        and is called off the engine thread. A backend whose drafting runs elsewhere ignores them."""
+        and is called off the engine thread, whose replies never wait for it — unless ``wait``, which returns once
+        they are indexed (a script's one reply). A backend whose drafting runs elsewhere ignores them."""
 
     def forget_chat(self, conversation_id: int) -> None:
         """A stored chat was deleted: draft nothing more from it. Any thread may call this."""

@@ -354,7 +354,7 @@ class LlamaServerBackend:
         if self.chat is not None:
             self.chat.restore([])
 
-    def learn_history(self, read: Callable[[], Iterable[StoredReply]]) -> None:
+    def learn_history(self, read: Callable[[], Iterable[StoredReply]], *, wait: bool = False) -> None:
         """Nothing: the server drafts in its own process ("suffix" runs there as its ngram-cache, which learns from
         what it generates, not from the chats store)."""
 

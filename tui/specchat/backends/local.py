@@ -93,8 +93,10 @@ class LocalBackend:
             files["draft"] = self.engine.draft_model.path
         return files
 
-    def learn_history(self, read: Callable[[], Iterable[StoredReply]]) -> None:
+    def learn_history(self, read: Callable[[], Iterable[StoredReply]], *, wait: bool = False) -> None:
         self.engine.learn_history(read)
+        if wait:
+            self.engine.wait_for_history()
 
     def forget_chat(self, conversation_id: int) -> None:
         self.engine.forget_chat(conversation_id)

@@ -72,15 +72,16 @@ def open_backend_for(args: argparse.Namespace):  # -> Backend, imported lazily s
 
 
 def learn_history(backend) -> None:
-    """The chats the app and the REPL stored, for a method that drafts from them ("suffix"): read as the app reads
-    them, on the index's own thread, so the reply starts at once and drafts from them once the index is built."""
+    """The chats the app and the REPL stored, for a method that drafts from them ("suffix"), read as the app reads
+    them. A script's reply is its one reply, so it waits for the index (the app's never do): about a second for a few
+    hundred chats, 12 s for ten thousand messages once their tokens are cached (benchmarks/history_index.py)."""
     from functools import partial
 
     from ..chats.recall import stored_replies
 
     db = paths.chats_db()
     if db.is_file():
-        backend.learn_history(partial(stored_replies, db))
+        backend.learn_history(partial(stored_replies, db), wait=True)
 
 
 def use_color(choice: str, stream: TextIO) -> bool:

@@ -11,6 +11,8 @@ between processes in ``auto_memory``).
 from __future__ import annotations
 
 import codecs
+import threading
+from contextlib import contextmanager
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from time import perf_counter
@@ -81,6 +83,8 @@ class Engine:
         self.speculation = Speculation(config)
         self._read_history: Callable[[], Iterable[StoredReply]] | None = None
         self._history_builder: HistoryBuilder | None = None
+        self._idle = threading.Event()  # no reply running: the index over earlier chats builds only then
+        self._idle.set()
         self._set_up_speculation()
         self._governor = self._new_governor()
         self.new_chat()
@@ -172,8 +176,18 @@ class Engine:
 
     def _set_up_speculation(self) -> None:
         """Speculation as the configuration says, with the models loaded now, from the conversation as it is."""
-        self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
+        with self._measuring():  # a verify sweep may run
+            self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
         self._index_history_if_read()
+
+    @contextmanager
+    def _measuring(self) -> Iterator[None]:
+        """Timings are taken: the index over earlier chats waits (it would slow them, and a measured cost with it)."""
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._idle.set()
 
     # -- earlier chats -----------------------------------------------------------------------------------------
 
@@ -205,7 +219,7 @@ class Engine:
         target = self.target
         self._history_builder = HistoryBuilder(self.speculation.history, self._read_history, target.path,
                                                target.identity, self.template,
-                                               paths.cache_dir() / "history" / f"{target.identity}.npz")
+                                               paths.cache_dir() / "history" / f"{target.identity}.npz", self._idle)
 
     def _stop_history(self) -> None:
         if self._history_builder is not None:
@@ -284,6 +298,10 @@ class Engine:
         compares with. A run of ``tokens`` at the conversation's depth with the profile's sampling (its own random
         draws: the target's are not disturbed), and how much a step slows per token of context (measured once per
         model, threads and KV cache, kept in the user cache). None when the context has no room for the run."""
+        with self._measuring():
+            return self._plain_reference(tokens)
+
+    def _plain_reference(self, tokens: int) -> PlainReference | None:
         slope = self.speculation.depth_slope()
         seq = list(self.tokens) or [max(self.target.bos, 0)]
         keep = len(seq) - 1
@@ -350,6 +368,7 @@ class Engine:
         for ctx in contexts:  # a long prefill (the target's, or the draft's first) stops when asked, mid-batch
             ctx.interrupt = should_stop
         finish = "error"
+        self._idle.clear()
         try:
             finish = yield from self._generate(reply, prompt, max_tokens, should_stop)
         except DecodeInterrupted:
@@ -358,6 +377,7 @@ class Engine:
             finish = "cancelled"  # a consumer that stops iterating has cancelled the reply
             raise
         finally:
+            self._idle.set()
             for ctx in contexts:
                 ctx.interrupt = None
             text = self._end_reply(reply, recall, finish)
