@@ -27,7 +27,8 @@ from specchat.chats.replay import Replay, judgement_of, step_lines
 from specchat.chats.store import Store
 from specchat.chats.trace import events_of, row_of
 from specchat.engine import Message
-from specchat.engine.drafters.history_cache import TokenCache, digest
+from specchat.engine.drafters.history import document_key
+from specchat.engine.drafters.history_cache import TokenCache
 from specchat.engine.events import DraftRejected, DraftSource, StepVerified
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
@@ -321,18 +322,21 @@ async def test_the_app_shows_where_a_draft_came_from(tmp_path, settings, seeded,
         view = await ask_in_app(pilot, TURNS[0])
         assert (view.record.tokens, view.record.text) == plain.chat(TURNS[:1])[0]
         await pilot.pause()
-        assert "drafted from: earlier chats " in app.query_one(Sidebar).plain
+        assert "drafted from: stored chats " in app.query_one(Sidebar).plain
         accepted = [i for i, (_, kind) in enumerate(view.record.segments) if kind == "accepted"]
         origin = judgement_of(view.record, accepted[0]).origin
         assert origin in stored_origins(seeded)
         inspector = app.query_one(Inspector)
         inspector.open(view, accepted[0])
         await pilot.pause()
-        assert f"a stored reply of an earlier chat (chat {origin[0]}, message {origin[1]})" in str(inspector.render())
+        assert f"copied from a stored reply of chat {origin[0]}: " in str(inspector.render())
         assert inspector.copy_shown is None  # nothing in this chat to underline
         replay = Replay.of(view.record.trace)
         lines = [line for i in range(len(replay.steps)) for line in step_lines(replay, i)]
-        assert any("from a stored reply of an earlier chat (chat " in line for line in lines)
+        assert any(f"from a stored reply of chat {origin[0]}" in line for line in lines)
+        # The app gives its session the store after making the controller: a chat deleted there is forgotten too.
+        app.session.store.delete(origin[0])
+        assert origin[0] in app.backend.engine.history.forgotten
 
 
 def front_end_env(tmp_path: Path, seeded: Path) -> dict[str, str]:
@@ -386,8 +390,7 @@ def test_the_tokens_of_stored_replies_are_kept_between_starts_and_a_deleted_chat
     kept = TokenCache(cache)
     replies = list(stored_replies(db))
     for reply in replies:  # every reply is in the file, as its index holds it
-        ids = reply.tokens if reply.tokens and reply.target_id == first.target.identity else None
-        assert kept.get(digest(reply.question, reply.reply, ids)) is not None
+        assert kept.get(document_key(reply, first.target.identity, first.template)[0]) is not None
     expected = first.history.index.text.tolist()
     gone = replies[0].origin[0]
     store = Store(db)
@@ -400,8 +403,7 @@ def test_the_tokens_of_stored_replies_are_kept_between_starts_and_a_deleted_chat
     assert second.history.index.documents == len(left)
     assert len(second.history.index.text) < len(expected)
     again = TokenCache(cache)
-    assert again.get(digest(replies[0].question, replies[0].reply, replies[0].tokens)) is None
-    assert again.get(digest(replies[0].question, replies[0].reply, None)) is None
+    assert again.get(document_key(replies[0], first.target.identity, first.template)[0]) is None
 
 
 def test_a_private_chat_is_drafted_from_no_more_now_or_at_the_next_start(tmp_path, seeded):
@@ -426,3 +428,15 @@ def test_a_private_chat_is_drafted_from_no_more_now_or_at_the_next_start(tmp_pat
         assert not {s.origin[0] for s in run.steps(DraftSource.HISTORY)} & used
     finally:
         run.close()
+
+
+def test_a_damaged_token_cache_is_read_as_empty_and_written_anew(make_engine, tmp_path, seeded):
+    engine = make_engine("suffix", n_max=4)
+    cache = paths.cache_dir() / "history" / f"{engine.target.identity}.npz"
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(b"PK\x03\x04 not a zip at all")
+    engine.learn_history(partial(stored_replies, seeded))
+    assert engine.wait_for_history(60) and engine.history.problem == ""
+    assert engine.history.index.documents == len(list(stored_replies(seeded)))
+    reply = next(iter(stored_replies(seeded)))
+    assert TokenCache(cache).get(document_key(reply, engine.target.identity, engine.template)[0])  # written anew

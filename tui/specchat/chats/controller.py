@@ -94,8 +94,6 @@ class Switched:
 class ChatController:
     def __init__(self, store: Store | None, profile: str, on_problem: Problem, *, max_tokens: int) -> None:
         self.session = ChatSession(store, profile, None, on_problem)
-        if store is not None:
-            store.forgetting.append(self._forget_chat)
         self.telemetry = LiveTelemetry()
         self.max_tokens = max_tokens
         self.backend: Backend | None = None
@@ -129,10 +127,11 @@ class ChatController:
         except SwitchFailed as exc:  # what runs now is the previous profile opened again, another pid, or nothing
             self.backend = exc.backend
             self.facts = BackendFacts.of(self.backend) if self.backend is not None else None
-            raise
-        finally:
             if self.backend is not None and self.backend is not opened:
                 self._give_history(self.backend)
+            raise
+        if self.backend is not opened:
+            self._give_history(self.backend)
         keep = action in SAME_TARGET and before is not None and (before.target, before.kv_cache, before.sampling) == \
             (config.target, config.kv_cache, config.sampling)  # the same threads and GPU layers too
         # A server restarted for the same target (a toggle) is measured again when it decodes plainly, and keeps the
@@ -143,8 +142,10 @@ class ChatController:
 
     def _give_history(self, backend: Backend) -> None:
         """A backend opened: it drafts from the stored chats too, where its method does (read off the engine thread)."""
-        store = self.session.store
+        store = self.session.store  # (a front end may give the session its store after making the controller)
         if store is not None:
+            if self._forget_chat not in store.forgetting:
+                store.forgetting.append(self._forget_chat)
             backend.learn_history(partial(stored_replies, store.path))
 
     def _forget_chat(self, conversation_id: int) -> None:

@@ -244,14 +244,15 @@ def _judgement_lines(j: Judgement, token: TokenEmitted) -> list[str]:
 
 SOURCE_WORDS = {DraftSource.CONVERSATION: "earlier in this chat",
                 DraftSource.REMEMBERED: "a reply generated earlier in this session",
-                DraftSource.HISTORY: "a stored reply of an earlier chat",
+                DraftSource.HISTORY: "a stored reply",
                 DraftSource.MODEL: "the draft model"}
 
 
 def source_words(source: DraftSource, origin: tuple[int, int] | None) -> str:
-    """Where a draft came from, in words; a stored reply by its chat and message (``specchat chats`` lists the ids)."""
+    """Where a draft came from, in words; a stored reply by its chat (``specchat chats show N`` prints it). The
+    message's row id stays in the trace, not in the words: no command lists it."""
     words = SOURCE_WORDS[source]
-    return f"{words} (chat {origin[0]}, message {origin[1]})" if origin is not None else words
+    return f"{words} of chat {origin[0]}" if origin is not None else words
 
 
 def _ranked(candidates) -> str:

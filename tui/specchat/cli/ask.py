@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
@@ -78,10 +79,17 @@ def learn_history(backend) -> None:
     from functools import partial
 
     from ..chats.recall import stored_replies
+    from ..chats.store import Store, StoreError
 
     db = paths.chats_db()
-    if db.is_file():
-        backend.learn_history(partial(stored_replies, db), wait=True)
+    if not db.is_file():
+        return
+    try:
+        Store(db).close()  # an older schema is migrated first, as the app would
+    except (StoreError, sqlite3.DatabaseError) as exc:
+        print(f"specchat: note: earlier chats are not drafted from: {exc}", file=sys.stderr)
+        return
+    backend.learn_history(partial(stored_replies, db), wait=True)
 
 
 def use_color(choice: str, stream: TextIO) -> bool:

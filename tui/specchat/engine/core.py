@@ -118,7 +118,8 @@ class Engine:
     @property
     def notes(self) -> list[str]:
         """What the configuration does differently from what it says, each as one line to show once."""
-        return ([self.template.note] if self.template.note else []) + self.speculation.notes()
+        return ([self.template.note] if self.template.note else []) + self.speculation.notes() + \
+            ([self.history.problem] if self.history.problem else [])
 
     def close(self) -> None:
         self._stop_history()
@@ -345,6 +346,9 @@ class Engine:
             raise ConfigError(f"the number of candidates kept per token must be ≥ 0, got {top}")
         started = perf_counter()
         cfg = self.config
+        if self.history.memory_stale:  # a chat deleted or made private: what this process remembers may quote it
+            self.history.memory_stale = False
+            self.speculation.ngram.forget()
         user = Message("user", user_text)
         prompt, rendered, history, trimmed = self.chat.prompt(user, min(max_tokens, cfg.n_ctx // 4), cfg.n_ctx)
         if trimmed:

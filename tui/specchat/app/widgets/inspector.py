@@ -46,9 +46,10 @@ class Inspector(Static, can_focus=True):
         self.update(self.describe())
 
     def _show_copy(self, view: ReplyView, index: int) -> None:
-        """Underline, in the chat, the earlier text an n-gram draft copied this token's draft from."""
+        """Underline, in the chat, the earlier text an n-gram draft copied this token's draft from (not a copy from
+        another chat: nothing here to underline)."""
         judgement = judgement_of(view.record, index)
-        if judgement is None or not judgement.copied or judgement.remembered:
+        if judgement is None or not judgement.copied or judgement.remembered or judgement.origin is not None:
             return
         turns = self._turns()
         turns = turns[: turns.index(view) + 1] if view in turns else [view]

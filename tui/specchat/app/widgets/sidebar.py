@@ -148,7 +148,7 @@ def _counts(t: LiveTelemetry) -> Text:
 
 
 SOURCE_NAMES = {DraftSource.CONVERSATION: "this chat", DraftSource.REMEMBERED: "this session",
-                DraftSource.HISTORY: "earlier chats", DraftSource.MODEL: "draft model"}
+                DraftSource.HISTORY: "stored chats", DraftSource.MODEL: "draft model"}
 
 
 def _memory(memory: MemorySnapshot | None) -> Text:

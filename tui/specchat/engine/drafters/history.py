@@ -12,7 +12,9 @@ and stops when the running product (the chance that the whole draft so far survi
 or the draft grows longer than ``LENGTH_FACTOR`` times the match (a short match is weak evidence).
 
 Memory is bounded: ``MAX_TOKENS`` tokens at most, the most recent replies kept — 4 bytes each for the tokens, the
-reversed copy and the suffix array, about 48 MB at the bound. Built off the engine's thread (``HistoryBuilder``), so
+reversed copy and the suffix array, about 48 MB at the bound once built. While it builds, the tokens of every stored
+reply are held as lists and the sort holds several 8-byte arrays of the indexed length (about 250 MB at the bound, for
+the seconds it takes), and the old index stays in use until the new one replaces it. Built off the engine's thread (``HistoryBuilder``), so
 the first token never waits for it; until it is built the method drafts from the conversation alone.
 """
 
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...errors import SpecchatError
 from ..llama import Model
 from .base import NO_DRAFT, Draft
 from .history_cache import TokenCache, digest
@@ -69,9 +72,13 @@ class History:
     index: HistoryIndex | None = None
     forgotten: set[int] = field(default_factory=set)  # conversation ids deleted or made private since the build
     problem: str = ""  # why the last build failed, when it did
+    # A chat was forgotten: the replies this process remembers (the n-gram drafter's, not told apart by chat) may hold
+    # its text, and go at the next reply (``Engine.reply``, on the engine's thread).
+    memory_stale: bool = False
 
     def forget(self, conversation_id: int) -> None:
         self.forgotten.add(conversation_id)
+        self.memory_stale = True
 
     def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
         index = self.index
@@ -168,8 +175,9 @@ class HistoryIndex:
         return start, a
 
     def follows(self, lo: int, hi: int, forgotten: set[int]) -> list[int]:
-        """Where the text after each occurrence in ``[lo, hi)`` begins, the most recent ``OCCURRENCES`` first (a
-        forgotten chat's are left out)."""
+        """Where the text after each occurrence in ``[lo, hi)`` begins, newest first: the most recent
+        ``OCCURRENCES`` (of an evenly spread sample, for a stretch that occurred thousands of times); a forgotten
+        chat's are left out."""
         positions = self._array[lo:hi]
         if len(positions) > OCCURRENCES * 64:  # a very common stretch: a spread sample stands for it
             positions = positions[:: len(positions) // (OCCURRENCES * 64)]
@@ -189,7 +197,7 @@ class HistoryIndex:
         if match < MIN_MATCH:
             return NO_DRAFT
         follows = self.follows(lo, hi, forgotten)
-        limit = min(n_max, max(1, int(match * LENGTH_FACTOR)))
+        limit = min(n_max, max(1, int(match * LENGTH_FACTOR)), MAX_MATCH)  # the text is padded MAX_MATCH deep
         if not follows or limit < 1:
             return NO_DRAFT
         text = self.text
@@ -197,7 +205,7 @@ class HistoryIndex:
         rows = text[np.asarray(follows)[:, None] + np.arange(limit)].tolist()
         tokens: list[int] = []
         chances: list[float] = []
-        survival, withheld = 1.0, 0
+        survival = 1.0
         alive = list(range(len(rows)))
         while len(tokens) < limit:
             i = len(tokens)
@@ -211,8 +219,7 @@ class HistoryIndex:
             best = max(counts, key=counts.__getitem__)  # the first of the most frequent continuations
             chance = survival * counts[best] / len(alive)
             if chance < MIN_PROBABILITY:
-                withheld = 1
-                break
+                break  # (not counted as withheld: that counts the profile's p_min)
             survival = chance
             tokens.append(best)
             chances.append(chance)
@@ -223,8 +230,8 @@ class HistoryIndex:
             return NO_DRAFT
         source = follows[alive[0]]  # the most recent occurrence that agreed with the whole draft
         copied = [int(t) for t in text[max(source - match, 0): source + len(tokens)]] if rules.top else None
-        return Draft(tokens, withheld=withheld, match=match, copied=copied, remembered=True, from_text=True,
-                     origin=self.origin_at(source), survival=tuple(chances))
+        return Draft(tokens, match=match, copied=copied, from_text=True, origin=self.origin_at(source),
+                     survival=tuple(chances))
 
 
 def suffix_array(text: np.ndarray, depth: int, between: Callable[[], None] = lambda: None) -> np.ndarray:
@@ -264,6 +271,14 @@ def lowest_priority() -> None:
         pass
 
 
+def document_key(stored: StoredReply, target_id: str, template: ChatTemplate) -> tuple[int, str, tuple[int, ...] | None]:
+    """What a reply is cached by (``history_cache.digest``), its question as the template renders it, and its token
+    ids when they are this target's."""
+    ids = stored.tokens if stored.tokens and stored.target_id == target_id else None
+    rendered = template.render([{"role": "user", "content": stored.question}], add_generation_prompt=True)
+    return digest(f"{PROMPT_TAIL}|{rendered}", stored.reply, ids), rendered, ids
+
+
 def documents_of(replies: Iterable[StoredReply], target_id: str, template: ChatTemplate, tokenize: Tokenize,
                  between: Callable[[], None], cache: TokenCache) -> list[tuple[Origin, list[int]]]:
     """Each reply as the tokens it is indexed by: its question's tail as the template renders it, then the reply (as
@@ -271,12 +286,10 @@ def documents_of(replies: Iterable[StoredReply], target_id: str, template: ChatT
     documents = []
     for stored in replies:
         between()
-        ids = stored.tokens if stored.tokens and stored.target_id == target_id else None
-        key = digest(stored.question, stored.reply, ids)
+        key, rendered, ids = document_key(stored, target_id, template)
         tokens = cache.get(key)
         if tokens is None:
-            question = tokenize(template.render([{"role": "user", "content": stored.question}],
-                                                add_generation_prompt=True))[-PROMPT_TAIL:]
+            question = tokenize(rendered)[-PROMPT_TAIL:]
             reply = list(ids) if ids is not None else tokenize(stored.reply)
             tokens = question + reply if reply else []
             cache.put(key, tokens)
@@ -300,18 +313,25 @@ class HistoryBuilder:
 
     def __init__(self, history: History, read: Callable[[], Iterable[StoredReply]], model_path: Path,
                  target_id: str, template: ChatTemplate, cache: Path, idle: threading.Event) -> None:
+        """Loads the target's vocabulary here, on the caller's thread (llama.cpp's load keeps its errors in one
+        process-wide list: a second thread loading beside the engine's could mix them up); the thread frees it."""
         self._stop = threading.Event()
         self._idle = idle
+        self._thread: threading.Thread | None = None
+        try:
+            vocab = Model(model_path, vocab_only=True)
+        except SpecchatError as exc:  # the target's file went away since it loaded: one line, no index
+            history.problem = f"earlier chats are not drafted from: {exc}"
+            return
         self._thread = threading.Thread(target=self._build, name="history index", daemon=True,
-                                        args=(history, read, model_path, target_id, template, cache))
+                                        args=(history, read, vocab, target_id, template, cache))
         self._thread.start()
 
-    def _build(self, history: History, read: Callable[[], Iterable[StoredReply]], model_path: Path, target_id: str,
+    def _build(self, history: History, read: Callable[[], Iterable[StoredReply]], vocab: Model, target_id: str,
                template: ChatTemplate, cache_path: Path) -> None:
         lowest_priority()
         try:
             cache = TokenCache(cache_path)
-            vocab = Model(model_path, vocab_only=True)
             try:
                 documents = documents_of(read(), target_id, template,
                                          lambda text: vocab.tokenize(text, add_special=False), self._between, cache)
@@ -335,6 +355,8 @@ class HistoryBuilder:
             raise _Stopped
 
     def wait(self, timeout: float | None = None) -> bool:
+        if self._thread is None:
+            return True
         self._thread.join(timeout)
         return not self._thread.is_alive()
 

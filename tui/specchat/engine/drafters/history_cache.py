@@ -4,14 +4,17 @@ replies rarely change.
 
 One file per target (token ids are a target's own) in the user cache, readable by its owner only, as the chats
 database is: it holds the chats' text as token ids. A document is found by a digest of what it is made of — its
-question, its reply and the ids it was given, if any. Each build writes the file again with only the documents it
-used, so a deleted chat's tokens leave the cache at the next start.
+question as the chat template renders it, its reply and the ids it was given, if any. Each build that finishes writes
+the file again with only the documents it used, so a deleted chat's tokens leave it at the next "suffix" start on that
+target (another target's file keeps its own until that target's next such start). A damaged file is read as empty
+and written anew.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,9 +23,9 @@ import numpy as np
 FILE_MODE = 0o600
 
 
-def digest(question: str, reply: str, tokens: Sequence[int] | None) -> int:
+def digest(rendered_question: str, reply: str, tokens: Sequence[int] | None) -> int:
     h = hashlib.blake2b(digest_size=8)
-    for part in (question, reply):
+    for part in (rendered_question, reply):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\0")
     if tokens is not None:
@@ -39,8 +42,11 @@ class TokenCache:
         try:
             with np.load(path) as data:
                 keys, offsets, tokens = data["keys"], data["offsets"], data["tokens"]
-        except (OSError, ValueError, KeyError):
-            return  # none yet, or damaged: everything is tokenized again and the file written anew
+            if len(offsets) != len(keys) + 1 or (len(keys) and (offsets[-1] > len(tokens) or offsets[0] != 0)):
+                raise ValueError("offsets do not fit")
+        except Exception:  # noqa: BLE001 — none yet, or damaged in any way: everything is tokenized again
+            self._found = {}
+            return
         for i, key in enumerate(keys.tolist()):
             self._found[key] = tokens[offsets[i]: offsets[i + 1]]
 
@@ -64,8 +70,13 @@ class TokenCache:
         offsets = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
         tokens = np.concatenate(list(self._used.values())) if self._used else np.zeros(0, dtype=np.int32)
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        partial = self.path.with_name(self.path.name + ".partial")
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        with os.fdopen(descriptor, "wb") as out:
-            np.savez(out, keys=keys, offsets=offsets, tokens=tokens)
-        os.replace(partial, self.path)
+        # A name of its own: two processes (the app and an ``ask``) may write at once; the last rename wins whole.
+        descriptor, partial = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".partial")
+        try:
+            os.fchmod(descriptor, FILE_MODE)
+            with os.fdopen(descriptor, "wb") as out:
+                np.savez(out, keys=keys, offsets=offsets, tokens=tokens)
+            os.replace(partial, self.path)
+        except BaseException:
+            Path(partial).unlink(missing_ok=True)
+            raise
