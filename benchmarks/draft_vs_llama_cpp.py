@@ -14,7 +14,7 @@ import re
 import statistics
 import subprocess
 
-from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
+from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.events import ReplyFinished
 from specchat.profiles import embedded

@@ -16,7 +16,7 @@ import subprocess
 import time
 
 import numpy as np
-from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
+from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.events import ReplyFinished
 from specchat.engine.llama import Context, Model

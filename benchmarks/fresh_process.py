@@ -1,7 +1,7 @@
 """Each reply a fresh `specchat ask` process: the `ngram` profile's "auto" against plain decoding of the same target.
 
 A newcomer's check (#37's first finding): every reply is its own process, so what "auto" knows comes only from the
-memory it keeps in the user cache (engine/auto_memory.py) — learned on whatever that user asked before, copies or
+memory it keeps in the user cache (engine/draft_length/memory.py) — learned on whatever that user asked before, copies or
 free text. One isolated user cache (the measured verify sweep copied in, the memory starting from the priors) serves
 every round, so the memory grows as a user's does, and free text follows copies. In each round every task is asked
 twice, alternated and in a rotated order: ``specchat ask --profile ngram --temperature 0 --max-tokens N --json`` and
@@ -64,7 +64,7 @@ def oracles(copies: list[Task], profile: str) -> dict[str, float]:
     sys.path.insert(0, str(HERE))
     import ngram_replay as nr
     from specchat.engine.core import Engine
-    from specchat.engine.costs import measure_verify_cost, sizes_up_to
+    from specchat.engine.draft_length.costs import measure_verify_cost, sizes_up_to
     from specchat.profiles import load_profile, run_config
 
     config = dataclasses.replace(run_config(load_profile(profile)), adapt_threads=False)

@@ -1,4 +1,4 @@
-"""A verify sweep taken under load, corrected by the steps timed after it (engine/learned_costs.py).
+"""A verify sweep taken under load, corrected by the steps timed after it (engine/draft_length/learned_costs.py).
 
 The sweep is measured once and trusted for a week; one taken during a busy minute used to steer "auto" wrongly for
 that week. Here, in isolated user caches: one sweep taken with ``--loops`` busy loops running beside it, one taken
@@ -37,7 +37,7 @@ def worker(args: argparse.Namespace) -> None:
     from specchat.bench.tasks import load_tasks
     from specchat.engine import ReplyFinished
     from specchat.engine.core import Engine
-    from specchat.engine.learned_costs import LearnedVerifyCost
+    from specchat.engine.draft_length.learned_costs import LearnedVerifyCost
     from specchat.profiles import load_profile, run_config
 
     if args.frozen:  # the costs stay the sweep's, as before learning (a benchmark's switch, not a product one)

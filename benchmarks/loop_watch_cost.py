@@ -1,4 +1,4 @@
-"""What watching a reply for a loop costs (engine/loops.py), against a plain decoding step measured in the same run.
+"""What watching a reply for a loop costs (engine/repetition.py), against a plain decoding step measured in the same run.
 
 Each token a reply shows is added to a ``LoopWatch``: this times ``add`` over replies that never loop — ids spread over
 the vocabulary, and ids from a small alphabet (frequent tokens: the last token often matches one a span back, so the
@@ -15,9 +15,9 @@ import random
 import statistics
 import time
 
-from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
+from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
-from specchat.engine.loops import LoopRule, LoopWatch
+from specchat.engine.repetition import LoopRule, LoopWatch
 from specchat.profiles.embedded import target_path
 
 

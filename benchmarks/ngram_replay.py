@@ -42,10 +42,10 @@ from specchat.bench.runners import task_history
 from specchat.bench.tasks import Task
 from specchat.cli.bench import add_task_options, chosen_tasks
 from specchat.engine import TokenEmitted
-from specchat.engine.adaptive import AUTO_K_MAX, CALIBRATE_EVERY, lengthened
-from specchat.engine.auto import HAZARD_CLASSES, MatchHazards, VerifyCost
+from specchat.engine.draft_length.adaptive import AUTO_K_MAX, CALIBRATE_EVERY, lengthened
+from specchat.engine.draft_length.auto import HAZARD_CLASSES, MatchHazards, VerifyCost
 from specchat.engine.core import Engine
-from specchat.engine.costs import measure_verify_cost, sizes_up_to
+from specchat.engine.draft_length.costs import measure_verify_cost, sizes_up_to
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.llama import common_prefix
 from specchat.engine.loop import Rules

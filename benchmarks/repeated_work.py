@@ -26,7 +26,7 @@ from specchat.bench.runners import BackendRunner, PeerError, llama_server_runner
 from specchat.bench.tasks import Task
 from specchat.chats.recall import stored_replies
 from specchat.chats.store import Store, StoredMessage
-from specchat.engine.config import without_speculation
+from specchat.engine.engine_config import without_speculation
 from specchat.profiles import load_profile, run_config
 
 HERE = Path(__file__).parent

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import tiktoken
 from specchat.backends import open_backend
-from specchat.backends.config import BackendSettings, RunConfig
+from specchat.backends.run_config import BackendSettings, RunConfig
 from specchat.backends.openai_chat import ENCODING
 from specchat.backends.server_build import find_server
 from specchat.engine import ModelSettings, SpecConfig

@@ -33,9 +33,9 @@ async def measure(n_events: int, batch: int) -> float:
         settings = Settings(db_path=None, keymap=Path(tmp) / "k.toml", autoload=False, resume=False)
         app = make_app(settings)
         async with app.run_test(size=(130, 40)) as pilot:
-            app._mount_turn(app.session.add_reply(""))
+            app.mount_turn(app.session.add_reply(""))
             await pilot.pause()
-            view = app._last_reply
+            view = app.last_reply
             start = time.perf_counter()
             for i in range(0, len(events), batch):
                 app.post_message(SpecchatApp.EventsArrived(events[i : i + batch]))

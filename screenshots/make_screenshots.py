@@ -54,7 +54,7 @@ async def main() -> None:
             save(app, "empty")
             app.query_one(PromptInput).load_text(PROMPT)
             await pilot.press("enter")
-            await until(pilot, lambda: app._last_reply is not None and len(app._last_reply.segments) >= 40)
+            await until(pilot, lambda: app.last_reply is not None and len(app.last_reply.segments) >= 40)
             app.refresh_sidebar()
             save(app, "streaming")
             await until(pilot, lambda: app.busy is None)
@@ -67,7 +67,7 @@ async def main() -> None:
             save(app, "finished-markdown")
             await pilot.press("f3", "f8")  # the inspector, moved with the arrows to the reply's last correction
             await pilot.pause(0.2)
-            kinds = [kind for _, kind in app._last_reply.segments]
+            kinds = [kind for _, kind in app.last_reply.segments]
             correction = max(i for i, kind in enumerate(kinds) if kind == "corrected")
             await pilot.press(*["left"] * (len(kinds) - 1 - correction))
             await pilot.pause(0.2)

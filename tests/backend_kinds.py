@@ -1,7 +1,8 @@
 """Every kind of backend that runs here, as a profile a user would write: in-process, a llama-server specchat starts,
 a llama-server already running (started by the tests on a loopback port, the GGUF here for its tokenizer), and that
 server's OpenAI-compatible chat completions standing in for vLLM. Shared by the conformance suite and its front-end
-tests."""
+tests. With $SPECCHAT_CONFORMANCE_BACKEND set to another ``[backend] kind`` (a module dropped into the package:
+test_backend_seam.py), the suite runs on that kind alone, held to the expectations of the kind it behaves like."""
 
 from __future__ import annotations
 
@@ -10,16 +11,49 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import THREADS
+from helpers import THREADS
 from specchat.backends import open_backend
-from specchat.backends.config import BackendSettings, RunConfig
+from specchat.backends.run_config import BackendSettings, RunConfig
+from specchat.backends.kinds import kind_named
 from specchat.backends.llama_server import server_args
 from specchat.backends.server_process import ServerProcess
 from specchat.engine import Message, ModelSettings, SpecConfig
 from specchat.engine.events import Event, TokenEmitted
-from specchat.engine.loops import LoopRule
+from specchat.engine.repetition import LoopRule
 
-KINDS = ("in-process", "managed", "remote-llama", "remote-openai")
+SUITE_KINDS = ("in-process", "managed", "remote-llama", "remote-openai")
+
+
+class UnderTest(str):
+    """A kind the suite runs: equal to one of ``SUITE_KINDS``, whose expectations it is held to, and run on ``backend``,
+    another ``[backend] kind`` that behaves like it."""
+
+    backend: str
+
+    def __new__(cls, like: str, backend: str) -> UnderTest:
+        kind = super().__new__(cls, like)
+        kind.backend = backend
+        return kind
+
+    def __repr__(self) -> str:
+        return f"{self.backend}-as-{str(self)}"
+
+
+def kinds_under_test() -> tuple[str, ...]:
+    """The four kinds, or the one $SPECCHAT_CONFORMANCE_BACKEND names, as the kind its capabilities make it like."""
+    name = os.environ.get("SPECCHAT_CONFORMANCE_BACKEND")
+    if not name:
+        return SUITE_KINDS
+    kind = kind_named(name)
+    return (UnderTest("in-process" if kind.runs_engine else "managed" if kind.starts_process else "remote-llama", name),)
+
+
+KINDS = kinds_under_test()
+
+
+def kind_id(kind: str) -> str:
+    """A test's id for a kind: its name, or the other kind's and the one it is held to (``second-engine-as-in-process``)."""
+    return repr(kind) if isinstance(kind, UnderTest) else kind
 SYSTEM = "You are a helpful assistant."
 N_MAX = 4
 TURNS = ("Name two planets.", "And one more?", "Which of them is the largest?")
@@ -64,11 +98,19 @@ def profile_text(kind: str, *, binary: Path, servers: Servers, n_ctx: int = 2048
     return (f'[target]\nmodel = "embedded:target"\nn_ctx = {n_ctx}\nthreads = {THREADS}\nadapt_threads = false\n'
             f'[draft]\nmethod = "draft"\nmodel = "embedded:draft"\nthreads = {THREADS}\nn_max = {N_MAX}\n'
             f'[sampling]\ntemperature = 0.0\n[chat]\nsystem_prompt = "{SYSTEM}"\n'
-            + (f"[backend]\n{backend}\n" if backend else ""))
+            + (f"[backend]\n{_named(kind, backend)}\n" if backend or isinstance(kind, UnderTest) else ""))
+
+
+def _named(kind: str, backend: str) -> str:
+    """The [backend] table of ``kind``, with another kind's name where the kind under test is another."""
+    if not isinstance(kind, UnderTest):
+        return backend
+    lines = [line for line in backend.splitlines() if not line.startswith("kind = ")]
+    return "\n".join([f'kind = "{kind.backend}"', *lines])
 
 
 def write_profile(folder: Path, kind: str, **options) -> Path:
-    path = folder / f"{kind}.toml"
+    path = folder / f"{kind!r}.toml" if isinstance(kind, UnderTest) else folder / f"{kind}.toml"
     path.write_text(profile_text(kind, **options))
     return path
 
@@ -117,7 +159,7 @@ class PlainDecoding:
     def answer(self, history: list[Message], text: str, *, n_ctx: int = 2048, max_tokens: int = 40,
                loop: bool = True) -> tuple[list[int], str]:
         """The plain reply's ids and text to ``text`` after ``history`` (ids of earlier replies kept as given),
-        stopped in a loop as a profile stops it (``loop``: test_loops.py checks that rule apart)."""
+        stopped in a loop as a profile stops it (``loop``: test_repetition.py checks that rule apart)."""
         key = (tuple((m.role, m.content, tuple(m.tokens or ())) for m in history), text, n_ctx, max_tokens, loop)
         if key not in self._cache:
             if (n_ctx, loop) not in self._backends:

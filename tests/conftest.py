@@ -4,34 +4,24 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp
 import pytest
 from specchat import paths
 from specchat.app.settings import Settings
-from specchat.engine.config import EngineConfig, ModelSettings, SpecConfig
+from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
-from specchat.engine.events import (
-    ContextTrimmed,
-    DraftRejected,
-    Event,
-    ReplyFinished,
-    ReplyStarted,
-    StepVerified,
-    TokenEmitted,
-)
 from specchat.engine.sampling import SamplingParams
 from specchat.profiles import embedded
+from helpers import THREADS
 
-THREADS = 2
 REAL_CACHE = paths.cache_dir()  # taken at import, before any test points HOME elsewhere
 
 
 @pytest.fixture(autouse=True)
 def isolated_auto_memory(tmp_path, monkeypatch) -> Path:
-    """What "auto" learns is kept between processes (engine/auto_memory.py): each test starts from the priors, as a
+    """What "auto" learns is kept between processes (engine/draft_length/memory.py): each test starts from the priors, as a
     first run does, whatever earlier tests taught it. (A test's own subprocesses keep it in their user cache.)"""
     memory = tmp_path / "auto-memory.json"
     monkeypatch.setattr(paths, "auto_memory_file", lambda: memory)
@@ -79,7 +69,7 @@ def cheap_verify(tmp_path, monkeypatch) -> None:
     accepted, so its drafts are what the exactness check judges. On this CPU the sweep decides, and a noisy minute's
     sweep left "auto" drafting nothing — an equality that tested no draft. The exact-batch cap stays measured."""
     import specchat.engine.speculation as speculation
-    from specchat.engine.auto import VerifyCost
+    from specchat.engine.draft_length.auto import VerifyCost
 
     measure = speculation.measure_verify_cost
 
@@ -112,39 +102,6 @@ def settings(tmp_path, user_cache) -> Settings:
     """The app's settings for a test: its database, keymap and exports in the test's folder."""
     return Settings(db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml", exports=tmp_path / "exports",
                     max_tokens=48)
-
-
-@dataclass
-class Run:
-    """Everything one reply produced, split by event type."""
-
-    events: list[Event]
-    tokens: list[TokenEmitted] = field(default_factory=list)
-    rejected: list[DraftRejected] = field(default_factory=list)
-    steps: list[StepVerified] = field(default_factory=list)
-    trimmed: list[ContextTrimmed] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        for e in self.events:
-            {TokenEmitted: self.tokens, DraftRejected: self.rejected, StepVerified: self.steps,
-             ContextTrimmed: self.trimmed}.get(type(e), []).append(e)
-
-    @property
-    def started(self) -> ReplyStarted:
-        return next(e for e in self.events if isinstance(e, ReplyStarted))
-
-    @property
-    def finished(self) -> ReplyFinished:
-        assert isinstance(self.events[-1], ReplyFinished)
-        return self.events[-1]
-
-    @property
-    def ids(self) -> list[int]:
-        return [t.token for t in self.tokens]
-
-
-def run(engine: Engine, prompt: str, **kwargs) -> Run:
-    return Run(list(engine.reply(prompt, **kwargs)))
 
 
 EngineFactory = Callable[..., Engine]
@@ -209,20 +166,3 @@ def plain(target_path, draft_path):
     reference.close()
 
 
-def endless_profile(base: str = "tiny") -> str:
-    """A user profile: the preset ``base`` with loops not stopped. Greedy SmolLM2 tells a long story in a loop, and
-    the loop rule can end it by itself ("loop") a few seconds in; a test that acts on a reply still streaming (quit,
-    Ctrl+C, Esc an A/B) runs this one, whose reply can only end at its token cap. Returns the profile's name."""
-    folder = paths.user_profiles_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    preset = (paths.bundled_profiles_dir() / f"{base}.toml").read_text()
-    assert "[chat]" in preset, f"{base}.toml has no [chat] section: its replies would stop in a loop after all"
-    name = f"{base}-endless"
-    (folder / f"{name}.toml").write_text(preset.replace("[chat]", "[chat]\nstop_on_loop = false", 1))
-    return name
-
-
-def notices(app) -> list[str]:
-    """The notifications an app has shown and not yet dismissed. Textual has no public reader of them: this is the
-    one place that reaches into its private list."""
-    return [str(n.message) for n in app._notifications]

@@ -20,7 +20,7 @@ from specchat.app.widgets.prompt import PromptInput
 from specchat.app.widgets.reply import ReplyView
 from specchat.chats.store import Store
 from specchat.telemetry.memory import rss_bytes
-from test_app import wait_until
+from helpers import wait_until
 
 PROMPTS = ["Write a long story about a lighthouse.", "List ten fruits and their colours.", "Explain how a bicycle works.",
            "Name three planets."]

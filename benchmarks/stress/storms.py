@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from storms import StormLog, storm, storm_profiles  # noqa: E402
-from test_app import wait_until  # noqa: E402
+from helpers import wait_until  # noqa: E402
 
 from specchat.app.chat_app import make_app  # noqa: E402
 from specchat.app.settings import Settings  # noqa: E402

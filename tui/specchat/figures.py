@@ -34,7 +34,7 @@ def draft_length(stats: Any) -> str:
 
 
 def looped(span: int, tokens: int, estimated: bool = False) -> str:
-    """How a reply that stopped in a loop (finish reason "loop", engine/loops.py) says so; ``estimated`` when its
+    """How a reply that stopped in a loop (finish reason "loop", engine/repetition.py) says so; ``estimated`` when its
     tokens are tiktoken's count of the text (a server that sends no ids)."""
     approx = ESTIMATE if estimated else ""
     what = (f"the same {approx}{span}-token span over and over ({approx}{tokens} tokens)" if span

@@ -63,5 +63,5 @@ def verify_costs_file() -> Path:
 
 
 def auto_memory_file() -> Path:
-    """What ``n_max = "auto"`` learned, kept between processes (engine/auto_memory.py)."""
+    """What ``n_max = "auto"`` learned, kept between processes (engine/draft_length/memory.py)."""
     return cache_dir() / "auto-memory.json"

@@ -9,10 +9,11 @@ from __future__ import annotations
 from ..chats.store import StoreError
 from ..errors import Refused, SpecchatError, one_line
 from .chat_list import ConversationsScreen
+from .host import MixinBase
 from .screens import SystemPromptScreen
 
 
-class ChatActions:
+class ChatActions(MixinBase):
     """Mixed into ``SpecchatApp`` (its ``controller``, ``session``, ``busy``, views and ``notify``)."""
 
     def action_new_chat(self) -> None:

@@ -109,11 +109,11 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
                                          max_tokens=self.settings.max_tokens)
         self.show_ghosts = False
         self.markdown = False
-        self._views: dict[int, ReplyView | UserMessage] = {}  # id(turn) → its widget
+        self.views: dict[int, ReplyView | UserMessage] = {}  # id(turn) → its widget
         self.memory_snapshot: MemorySnapshot | None = None
         self._named: Profile | None = None  # the profile asked for, before anything is loaded
         self.engine_thread = EngineThread(lambda error: self.post_message(self.EngineFailed(error)))
-        self._inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
+        self.inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
         self.remapped: dict[str, str] = {}  # binding id → keys, from keymap.toml
 
     @property
@@ -141,12 +141,12 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
         return self.query_one(Sidebar)
 
     @property
-    def _last_reply(self) -> ReplyView | None:
+    def last_reply(self) -> ReplyView | None:
         record = self.session.last_reply
-        view = self._views.get(id(record)) if record is not None else None
+        view = self.views.get(id(record)) if record is not None else None
         return view if isinstance(view, ReplyView) else None
 
-    def _follow(self) -> None:
+    def follow_chat(self) -> None:
         """Anchor the chat once it overflows: it then follows the stream in the same layout pass that grows it.
 
         Scrolling up releases the anchor (reading is never interrupted), scrolling back to the bottom restores it.
@@ -161,13 +161,13 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             self.inspector.action_close()
         self.chat.remove_children()
         self.chat.anchor(False)
-        self._views.clear()
+        self.views.clear()
         for turn in self.session.turns:
-            self._mount_turn(turn)
+            self.mount_turn(turn)
         self.chat.scroll_end(animate=False)
-        self.call_after_refresh(self._follow)
+        self.call_after_refresh(self.follow_chat)
 
-    def _mount_turn(self, turn: UserTurn | ReplyRecord) -> None:
+    def mount_turn(self, turn: UserTurn | ReplyRecord) -> None:
         view = UserMessage(turn.text) if isinstance(turn, UserTurn) else ReplyView(turn, show_ghosts=self.show_ghosts,
                                                                                    markdown=self.markdown)
         index = next(i for i, t in enumerate(self.session.turns) if t is turn)
@@ -175,17 +175,17 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
         if versions is not None:
             view.set_versions(versions, f"{self.binding_key('version_previous')} {self.binding_key('version_next')}")
         view.set_class(index == self.selected, "selected")
-        self._views[id(turn)] = view
+        self.views[id(turn)] = view
         self.chat.mount(view)
 
     def view_of(self, turn: UserTurn | ReplyRecord) -> ReplyView | UserMessage | None:
-        return self._views.get(id(turn))
+        return self.views.get(id(turn))
 
-    def _forget_views(self) -> None:
+    def forget_views(self) -> None:
         """Remove the views of turns the session no longer has (a refused message, a regenerated reply)."""
         alive = {id(turn) for turn in self.session.turns}
-        for key in [key for key in self._views if key not in alive]:
-            view = self._views.pop(key)
+        for key in [key for key in self.views if key not in alive]:
+            view = self.views.pop(key)
             if view is self.inspector.view or view is self.inspector.copy_shown:
                 self.inspector.action_close()  # it explained a reply that is no longer there
             view.remove()
@@ -193,7 +193,7 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
     def on_mount(self) -> None:
         self.engine_thread.start()
         lower_ui_priority()
-        self._frame_timer = self.set_interval(FRAME_S, self._drain_inbox, pause=True)
+        self.frame_timer = self.set_interval(FRAME_S, self._drain_inbox, pause=True)
         try:
             self.remapped = load_keymap(self.settings.keymap)
             self.set_keymap(self.remapped)
@@ -255,7 +255,7 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
         return self.remapped.get(binding_id) or next(b.key for b in ALL_BINDINGS + INSPECTOR_BINDINGS + REPLAY_BINDINGS
                                                 if b.id == binding_id)
 
-    def _sample_memory(self) -> None:
+    def sample_memory(self) -> None:
         facts = self.controller.facts
         pid = facts.pid if facts else None
         self.memory_snapshot = MemorySnapshot(*self.settings.memory(pid), dict(facts.model_bytes) if facts else {},
@@ -276,12 +276,12 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
 
     # -- the engine thread -------------------------------------------------------------------------------------------
 
-    def _run(self, activity: Activity, status: str, job: Callable[[], None]) -> None:
+    def run_job(self, activity: Activity, status: str, job: Callable[[], None]) -> None:
         """Run ``job`` on the engine thread; it posts its own result, or EngineFailed if it raises."""
         self.set_job(activity, status)
         self.engine_thread.submit(job)
 
-    def _idle(self) -> None:
+    def job_done(self) -> None:
         self.set_job(None, "")
 
     def set_job(self, activity: Activity | None, status: str) -> None:
@@ -295,7 +295,7 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
     def on_specchat_app_engine_failed(self, message: EngineFailed) -> None:
         self._streaming(False)
         self.notify(f"the engine stopped: {message.error}", severity="error", timeout=20)
-        self._idle()
+        self.job_done()
 
     # -- generation ----------------------------------------------------------------------------------------------------
 
@@ -392,7 +392,7 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             controller.refresh_facts()  # a managed server was restarted twice: another pid, another port
             self.post_message(self.ABFinished(result))
 
-        self._run(Activity.COMPARING, "A/B: rerunning without speculation… (Esc stops it)", job)
+        self.run_job(Activity.COMPARING, "A/B: rerunning without speculation… (Esc stops it)", job)
 
     def on_specchat_app_abfinished(self, message: ABFinished) -> None:
         if message.error:
@@ -402,8 +402,8 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
         else:
             self.controller.compared(message.result)
             self.push_screen(ABScreen(message.result))
-        self._sample_memory()
-        self._idle()
+        self.sample_memory()
+        self.job_done()
 
     def on_unmount(self) -> None:
         self._finish_for_exit()

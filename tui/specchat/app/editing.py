@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from ..chats.records import ReplyRecord, UserTurn
 from ..errors import SpecchatError
+from .host import MixinBase
 from .screens import CodeBlockScreen, ConfirmScreen
 from .widgets.prompt import PromptInput
 from .widgets.reply import code_blocks
 
 
-class EditingActions:
+class EditingActions(MixinBase):
     """Mixed into ``SpecchatApp`` (its ``conversation``, ``controller``, ``busy``, views and ``notify``)."""
 
     selected: int | None = None  # the selected turn (alt+up / alt+down)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from ..chats.replay import NO_TRACE
 from ..figures import DASH
+from .host import MixinBase
 from .replay_screen import ReplayScreen
 from .widgets.inspector import Inspector
 from .widgets.prompt import PromptInput
 from .widgets.reply import ProvenanceLines, ReplyView
 
 
-class InspectingActions:
+class InspectingActions(MixinBase):
     """Mixed into ``SpecchatApp`` (which has ``query``, ``notify``, ``push_screen`` and the conversation)."""
 
     def reply_views(self) -> list[ReplyView]:

@@ -108,7 +108,7 @@ class ProfileScreen(_Modal):
     def _profile_options(self) -> list[Option]:
         options = []
         for name, profile, problem in self._ranked():
-            backend = profile.backend_kind.replace("local", "in-process") if profile else ""
+            backend = profile.backend_kind.label if profile else ""
             shown = f"{name} {profile.method if profile else ''} {backend} {profile.description if profile else ''}"
             if not all(word in shown.lower() for word in self.wanted.lower().split()):  # every word typed
                 continue

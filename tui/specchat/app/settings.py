@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import paths
-from ..engine.config import DEFAULT_MAX_TOKENS
+from ..engine.engine_config import DEFAULT_MAX_TOKENS
 from ..profiles import DEFAULT_PROFILE
 from ..telemetry.memory import GpuMemory, GpuUnavailable, gpu_memory, rss_bytes
 

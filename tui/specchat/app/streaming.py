@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..chats.exchange import Exchange
 from ..errors import SpecchatError
 from .engine_thread import Activity, settle_garbage
+from .host import MixinBase
 from .widgets.prompt import PromptInput
 
 if TYPE_CHECKING:
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
 EXIT_WAIT_S = 60.0  # every long operation stops when cancelled; this only bounds a backend that hangs outright
 
 
-class ReplyStreaming:
-    """Mixed into ``SpecchatApp`` (its ``controller``, ``busy``, ``_run``, inbox, views and sidebar)."""
+class ReplyStreaming(MixinBase):
+    """Mixed into ``SpecchatApp`` (its ``controller``, ``busy``, ``run_job``, inbox, views and sidebar)."""
 
     def submit(self, text: str) -> None:
         if not text.strip():
@@ -52,34 +53,34 @@ class ReplyStreaming:
 
     def start_exchange(self, exchange: Exchange) -> None:
         """Show the exchange the controller began, then answer it on the engine thread."""
-        self._forget_views()
+        self.forget_views()
         for turn in self.session.turns[-2:]:
-            if id(turn) not in self._views:
-                self._mount_turn(turn)
+            if id(turn) not in self.views:
+                self.mount_turn(turn)
         self.chat.scroll_end(animate=False)
         self._streaming(True)
         controller = self.controller
 
         def job() -> None:
-            failure = exchange.run(self._inbox.append)  # all the engine thread does per event: it never waits on the UI
+            failure = exchange.run(self.inbox.append)  # all the engine thread does per event: it never waits on the UI
             controller.refresh_facts()
             if failure is not None:
                 self.post_message(self.ReplyFailed(failure))
 
-        self._run(Activity.GENERATING, "", job)
+        self.run_job(Activity.GENERATING, "", job)
 
     def _streaming(self, on: bool) -> None:
         """Frames run while a reply streams; the prompt's cursor stops blinking then, since each blink is a frame."""
         if on:
-            self._frame_timer.resume()
+            self.frame_timer.resume()
         else:
-            self._frame_timer.pause()
+            self.frame_timer.pause()
         self.query_one(PromptInput).cursor_blink = not on
 
     def _drain(self) -> list[Any]:
         events = []
-        while self._inbox:
-            events.append(self._inbox.popleft())
+        while self.inbox:
+            events.append(self.inbox.popleft())
         return events
 
     def _drain_inbox(self) -> None:
@@ -89,19 +90,19 @@ class ReplyStreaming:
 
     def on_specchat_app_events_arrived(self, message: SpecchatApp.EventsArrived) -> None:
         self._apply_events(message.events)
-        self._follow()
+        self.follow_chat()
 
     def _apply_events(self, events: list[Any]) -> None:
         finished = self.controller.absorb(events)
-        view = self._last_reply
+        view = self.last_reply
         if view is not None:
             view.refresh_view()
             if finished is not None:
                 view.set_markdown(self.markdown)
         if finished is not None:
             self._streaming(False)
-            self._idle()
-            self._sample_memory()
+            self.job_done()
+            self.sample_memory()
             settle_garbage()
         self.refresh_sidebar()
 
@@ -116,11 +117,11 @@ class ReplyStreaming:
             if text is not None:  # … and what was typed goes back to the prompt (still an edit, if it was one)
                 self.query_one(PromptInput).load_text(text)
                 self.editing = self.edit_sent
-        elif self._last_reply is not None:
-            self._last_reply.refresh_view()
+        elif self.last_reply is not None:
+            self.last_reply.refresh_view()
         self.notify(message.failure.error, severity="error", timeout=15)
-        self._sample_memory()
-        self._idle()
+        self.sample_memory()
+        self.job_done()
 
     def action_cancel(self) -> None:
         """Esc: stops the reply (or A/B) in progress; else leaves an edit as it was, else clears the selection."""

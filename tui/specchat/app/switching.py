@@ -16,14 +16,15 @@ from ..errors import SpecchatError
 from ..profiles.embedded import told_while_deriving
 from ..profiles.favourites import favourite
 from .engine_thread import Activity, settle_garbage
+from .host import MixinBase
 from .screens import ProfileScreen
 
 if TYPE_CHECKING:
     from .chat_app import SpecchatApp
 
 
-class SwitchingActions:
-    """Mixed into ``SpecchatApp`` (its ``controller``, ``busy``, ``_run``, ``notify`` and sidebar)."""
+class SwitchingActions(MixinBase):
+    """Mixed into ``SpecchatApp`` (its ``controller``, ``busy``, ``run_job``, ``notify`` and sidebar)."""
 
     def start_load(self, name: str, draft: Path | None = None) -> None:
         self.start_switch(Choice(name, draft), f"loading {Path(name).stem}…")
@@ -45,7 +46,7 @@ class SwitchingActions:
                 return
             self.post_message(self.ProfileLoaded(switched))
 
-        self._run(Activity.LOADING, status, job)
+        self.run_job(Activity.LOADING, status, job)
 
     def _toggle(self, make: Callable[[], Choice], status: str) -> None:
         """A quick toggle: a new choice from the one in use, switched with the least reload."""
@@ -90,13 +91,13 @@ class SwitchingActions:
         switched = message.switched
         before = self.controller.choice
         notes = self.controller.profile_switched(switched)
-        self._sample_memory()
+        self.sample_memory()
         settle_garbage()
         if switched.action != "loaded":  # the first load needs no announcement; switches do
             self.notify(switched.announcement(before))
         for note in notes:
             self.notify(note, severity="warning", timeout=15)
-        self._idle()
+        self.job_done()
 
     def on_specchat_app_draft_deriving(self, message: SpecchatApp.DraftDeriving) -> None:
         if self.busy is Activity.LOADING:  # the load's status line says why it takes this long
@@ -105,7 +106,7 @@ class SwitchingActions:
     def on_specchat_app_load_failed(self, message: SpecchatApp.LoadFailed) -> None:
         self.controller.switch_failed()
         self.notify(message.error, severity="error", timeout=20)
-        self._sample_memory()
+        self.sample_memory()
         self.set_job(None, "load failed — previous profile kept" if self.backend else "no model loaded")
 
     def action_profiles(self) -> None:

@@ -2,6 +2,8 @@
 
 A backend turns a conversation and a configuration into the engine's event stream (see ``engine.events``). The chat
 app, ``specchat ask``, ``specchat repl`` and ``specchat bench`` depend on this protocol only, never on what is behind it.
+Each kind of backend is a module of this package that defines ``KIND`` (``kinds.BackendKind``): how it opens and what
+it can do.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from ..engine.drafters.history import StoredReply
 from ..engine.events import Event, SpeculationState
 from ..engine.reference import PlainReference
 from ..errors import SpecchatError, SwitchFailed
-from .config import RunConfig
+from .run_config import RunConfig
 
 
 class Backend(Protocol):
@@ -88,23 +90,17 @@ class Backend(Protocol):
 
 
 def open_backend(config: RunConfig) -> Backend:
-    """The backend a configuration asks for: in this process, or through llama.cpp's server (started here or remote)."""
-    if config.backend.kind == "local":
-        from .local import LocalBackend
-
-        return LocalBackend(config)
-    from .llama_server import LlamaServerBackend
-
-    return LlamaServerBackend(config)
+    """The backend a configuration asks for (``[backend] kind``: one of ``kinds.backend_kinds()``)."""
+    return config.backend_kind.open(config)
 
 
 def switch_backend(current: Backend | None, config: RunConfig) -> tuple[Backend, str]:
-    """The backend for ``config`` and what it took. The same kind of backend switches in place with the least work;
-    another kind replaces it — the old one closed first, so two copies of a model never share the memory — and when
-    the new one cannot open, the old one opens again and the error says so."""
+    """The backend for ``config`` and what it took. A kind opened the way the current one was switches in place with
+    the least work; another kind replaces it — the old one closed first, so two copies of a model never share the
+    memory — and when the new one cannot open, the old one opens again and the error says so."""
     if current is None:
         return open_backend(config), "loaded"
-    if (current.config.backend.kind == "local") == (config.backend.kind == "local"):
+    if current.config.backend_kind.open is config.backend_kind.open:
         return current, current.apply(config)
     previous = current.config
     current.close()
@@ -116,4 +112,3 @@ def switch_backend(current: Backend | None, config: RunConfig) -> tuple[Backend,
         except SpecchatError as again:
             raise SwitchFailed(f"{exc} — and the previous profile could not be opened again: {again}", None) from None
         raise SwitchFailed(f"{exc} — the previous profile was opened again", restored) from None
-

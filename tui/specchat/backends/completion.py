@@ -30,7 +30,7 @@ from ..engine.events import (
     TokenKind,
 )
 from ..engine.llama import Model
-from ..engine.loops import LoopRule, LoopWatch, loop_watch
+from ..engine.repetition import LoopRule, LoopWatch, loop_watch
 from ..engine.stats import ReplyStats
 from ..errors import BackendError
 from .held_tokens import PieceIndex, chunk_tokens

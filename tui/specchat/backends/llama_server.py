@@ -1,12 +1,13 @@
-"""llama.cpp's server as a backend: one specchat starts for the profile (managed), or one already running (remote).
+"""llama.cpp's server as a backend: one specchat starts for the profile (``[backend] kind = "llama-server"``, this
+module's kind), or one already running (``remote``, whose module reuses this class).
 
 With the target's GGUF on this machine (always, managed; optionally, remote) specchat renders the conversation with its
 own template and tokenizer and sends token ids to ``/completion`` (``completion``): greedy output through the server is
 then specchat's in-process plain output, token for token (the server is built from the same llama.cpp sources, see
 ``server_build``), and the conversation keeps every generated id, as the engine's does. A remote llama-server without
 the GGUF here gets the text its own template renders. Any other OpenAI-compatible server (vLLM) gets chat completions
-(``openai_chat``). A managed server is stopped before another starts: two copies of a 12 B target do not fit a 12 GB
-card.
+(``openai_chat``); which of the two a server speaks is an object (``server_api``). A managed server is stopped before
+another starts: two copies of a 12 B target do not fit a 12 GB card.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.chat_template import ChatTemplate
-from ..engine.config import SWITCHED_OFF_BY_HAND, without_speculation
+from ..engine.engine_config import SWITCHED_OFF_BY_HAND, without_speculation
 from ..engine.conversation import Message, TokenWindow, as_dicts
 from ..engine.drafters import METHODS
 from ..engine.drafters.history import StoredReply
@@ -28,11 +29,12 @@ from ..engine.reference import PLAIN_RATE_TOKENS, PlainReference
 from ..engine.stats import rate
 from ..errors import BackendError, ConfigError, SpecchatError, SwitchFailed
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
-from .completion import CompletionStream, Request
-from .config import RunConfig
+from .completion import CompletionStream
+from .run_config import RunConfig
 from .held_tokens import PieceIndex
-from .http import get_json, post_json
-from .openai_chat import chat_completion, spec_counters
+from .kinds import BackendKind
+from .openai_chat import spec_counters
+from .server_api import BY_NAME, CompletionApi, Link, ServerApi, Turn, detect
 from .server_build import find_server
 from .server_process import ServerProcess
 
@@ -102,17 +104,17 @@ class LlamaServerBackend:
     def _open(self, config: RunConfig) -> None:
         """Start (managed) or reach (remote) the server for ``config``; the tokenizer and the conversation are kept
         when the target and its template stay, so a restart keeps a trimmed chat's window."""
-        backend = config.backend
+        backend, kind = config.backend, config.backend_kind
         self.key_env = backend.api_key_env
         self.headers = self._auth(backend.api_key_env)
         self._props: dict[str, Any] = {}
-        local = backend.kind == "llama-server" or config.target.path.is_file()
+        local = not kind.own_models or config.target.path.is_file()
         same_vocab = self._vocab is not None and local and self._vocab.path == config.target.path
         if not same_vocab:
             self._close_vocab()
             # The vocabulary first: a GGUF llama.cpp cannot read is one line here, not a server that died at start.
             self._vocab = Model(config.target.path, role="target", vocab_only=True) if local else None
-        if backend.kind == "llama-server":
+        if kind.starts_process:
             self.process = ServerProcess(find_server(backend.binary), server_args(config),
                                          ready_timeout=backend.ready_timeout)
             self.url = self.process.url
@@ -126,14 +128,21 @@ class LlamaServerBackend:
 
     def _connect(self, config: RunConfig, same_vocab: bool) -> None:
         """The server's API, the chat template and the conversation, once the server is there."""
-        backend = config.backend
-        self.api = backend.api if backend.api != "auto" else self._detect_api()
+        link = Link(self.url, self.headers, self.key_env)
+        api = config.backend.api
+        if api == "auto":
+            api, self._props = detect(link)
         same_template = same_vocab and self.chat is not None and self._template_choice == config.chat_template
         if not same_template:
-            self.template = self._template(config)
+            self.template = (ChatTemplate.of_model(self._vocab, config.chat_template) if self._vocab is not None
+                             else BY_NAME[api].server_template(link, self._props))
             self.chat = TokenWindow(self._vocab, self.template) if self._vocab is not None and self.template else None
         self._template_choice = config.chat_template
-        self._stream = CompletionStream(self._vocab, PieceIndex(self._vocab) if self._vocab else None, self.chat)
+        stream = CompletionStream(self._vocab, PieceIndex(self._vocab) if self._vocab else None, self.chat)
+        self.api: ServerApi = BY_NAME[api](link, stream, self.chat, self.template)
+        # A/B's plain arm goes through llama.cpp's /completion (token ids both ways) whichever API the replies use.
+        self._plain_api = (self.api if isinstance(self.api, CompletionApi)
+                           else CompletionApi(link, stream, self.chat, self.template))
         self._target_id = (model_identity(config.target.path) if self._vocab is not None
                            else f"{self.url}|{self._props.get('model_path', '')}")
 
@@ -152,25 +161,6 @@ class LlamaServerBackend:
                               " the variable; the key itself never goes in the profile)")
         return {"Authorization": f"Bearer {key}"}
 
-    def _detect_api(self) -> str:
-        """A llama-server answers /props with its chat template; anything else is taken for OpenAI-compatible."""
-        try:
-            self._props = get_json(f"{self.url}/props", self.headers, key_env=self.key_env)
-        except BackendError as exc:
-            if "HTTP 404" not in str(exc):
-                raise
-            self._props = {}
-        return "llama.cpp" if "chat_template" in self._props else "openai"
-
-    def _template(self, config: RunConfig) -> ChatTemplate | None:
-        if self._vocab is not None:
-            return ChatTemplate.of_model(self._vocab, config.chat_template)
-        if self.api == "llama.cpp":
-            return ChatTemplate(self._props.get("chat_template") or None, builtin="chatml",
-                                bos_token=self._props.get("bos_token", ""), eos_token=self._props.get("eos_token", ""),
-                                source=f"{self.url}'s template")
-        return None  # chat completions: the server applies its own template
-
     # -- the protocol --------------------------------------------------------------------------------------------
 
     @property
@@ -183,10 +173,7 @@ class LlamaServerBackend:
         if self.config.spec.adaptive and spec_type(self.config) != "none":
             notes.append("n_max = \"auto\" is specchat's own cost model; llama-server drafts its default length"
                          f" ({SERVER_DEFAULT_N_MAX}) instead")
-        if self.api == "openai":
-            notes.append(f"{self.url} streams text without token ids: tokens are not coloured, their counts are"
-                         " tiktoken's estimates (≈), and the reply's draft counts come from its /metrics")
-        return notes
+        return notes + ([self.api.note] if self.api.note else [])
 
     @property
     def n_max(self) -> int:
@@ -199,7 +186,7 @@ class LlamaServerBackend:
     def where(self) -> str:
         if self.process is not None:
             return f"llama-server pid {self.process.pid} · {self.url}"
-        return f"remote {self.url} ({self.api})"
+        return f"remote {self.url} ({self.api.name})"
 
     @property
     def pid(self) -> int | None:
@@ -244,35 +231,12 @@ class LlamaServerBackend:
         if self.process is not None:
             self.process.ensure_running()
             reset_peak_rss(self.process.pid)
-        if self.api == "openai":
-            return chat_completion(self.url, self.headers, self.key_env, self.config, history, text, max_tokens,
-                                   should_stop, top)
-        return self._completion(history, text, max_tokens, should_stop, top)
+        return self._reply(history, text, max_tokens, should_stop, top)
 
-    def _sampling(self) -> dict[str, Any]:
-        sampling = self.config.sampling
-        return {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
-                "min_p": sampling.min_p, "seed": sampling.seed}
-
-    def _completion(self, history: list[Message], text: str, max_tokens: int,
-                    should_stop: Callable[[], bool], top: int = 0) -> Iterator[Event]:
-        """Token ids when the tokenizer is here (trimming the oldest turns when the context is full, as the engine
-        does), else the text the server's template renders."""
-        user = Message("user", text)
-        if self.chat is None:
-            assert self.template is not None
-            prompt: list[int] | str = self.template.render(as_dicts([*history, user]), add_generation_prompt=True)
-        else:
-            self.chat.restore(history)
-            prompt, rendered, kept, trimmed = self.chat.prompt(user, min(max_tokens, self.config.n_ctx // 4),
-                                                               self.config.n_ctx)
-            self.chat.begin_turn(kept, user, prompt, rendered)
-            if trimmed:
-                yield trimmed
-        state = self.speculation_state()
-        request = Request(self.url, self.headers, self.key_env, prompt, self._sampling(), max_tokens,
-                          self.config.n_ctx, state, self.n_max, top, self.config.loop)
-        yield from self._stream.events(request, should_stop)
+    def _reply(self, history: list[Message], text: str, max_tokens: int, should_stop: Callable[[], bool],
+               top: int = 0, api: ServerApi | None = None) -> Iterator[Event]:
+        turn = Turn(self.config, self.speculation_state(), self.n_max, max_tokens, should_stop, top)
+        return (api or self.api).answer(history, text, turn)
 
     def spec_counters(self) -> dict[str, float]:
         """The server's own speculative counters (``/metrics``): draft_tokens, accepted_tokens, drafts."""
@@ -287,7 +251,7 @@ class LlamaServerBackend:
             return None
         saved = self.chat.snapshot()
         try:
-            events = list(self._completion([], "Count from one to fifty.", PLAIN_RATE_TOKENS, lambda: False))
+            events = list(self._reply([], "Count from one to fifty.", PLAIN_RATE_TOKENS, lambda: False))
         finally:
             self.chat.resume(saved)
         times = [e.elapsed for e in events if isinstance(e, TokenEmitted)]
@@ -302,7 +266,7 @@ class LlamaServerBackend:
 
     def _unmeasurable(self) -> str:
         """Why a plain run cannot be timed on this server as a reply is; "" when it can."""
-        if self.api == "openai" or self.chat is None:
+        if not self.api.times_plain_runs:
             return ("not measured — specchat times a plain run only on a llama-server whose model it tokenizes (the"
                     " target's GGUF on this machine, llama.cpp's API)")
         if spec_type(self.config) == "none":
@@ -323,7 +287,7 @@ class LlamaServerBackend:
         self.apply(without_speculation(original))
         try:
             emitted, finished = [], None
-            for event in self._completion(history, text, max_tokens, should_stop):
+            for event in self._reply(history, text, max_tokens, should_stop, api=self._plain_api):
                 if isinstance(event, TokenEmitted):
                     emitted.append(event.token)
                 elif isinstance(event, ReplyFinished):
@@ -346,11 +310,8 @@ class LlamaServerBackend:
             # What the server learned across requests (ngram-mod's map, ngram-cache) lives in the process.
             self.process.stop()
             self.process.start()
-        elif self.api == "llama.cpp":
-            try:
-                post_json(f"{self.url}/slots/0?action=erase", {}, self.headers, key_env=self.key_env)
-            except BackendError:
-                pass  # a server with slot actions switched off keeps its cache; the next prompt reuses what matches
+        else:
+            self.api.erase_cache()
         if self.chat is not None:
             self.chat.restore([])
 
@@ -372,3 +333,6 @@ class LlamaServerBackend:
     def close(self) -> None:
         self._stop_process()
         self._close_vocab()
+
+
+KIND = BackendKind("llama-server", "llama-server", LlamaServerBackend, starts_process=True, server_keys=True)

@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import Engine, Message, ReplyFinished
-from ..engine.config import without_speculation
+from ..engine.engine_config import without_speculation
 from ..engine.drafters.history import StoredReply
 from ..engine.conversation import as_dicts
 from ..engine.events import Event, SpeculationState
 from ..engine.llama import model_identity
 from ..engine.reference import PlainReference
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
-from .config import RunConfig
+from .run_config import RunConfig
+from .kinds import BackendKind
 
 
 class LocalBackend:
@@ -103,3 +104,6 @@ class LocalBackend:
 
     def close(self) -> None:
         self.engine.close()
+
+
+KIND = BackendKind("local", "in-process", LocalBackend, runs_engine=True)

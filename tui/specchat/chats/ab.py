@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..backends.config import RunConfig
+from ..backends.run_config import RunConfig
 from ..engine.reference import PlainReference
 from ..figures import DASH, num
 

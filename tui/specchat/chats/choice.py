@@ -12,9 +12,9 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backends.config import RunConfig
+from ..backends.run_config import RunConfig
 from ..engine import ModelSettings
-from ..engine.config import without_speculation
+from ..engine.engine_config import without_speculation
 from ..engine.drafters import METHODS
 from ..errors import Refused
 from ..profiles import Profile, run_config
@@ -72,7 +72,7 @@ class Choice:
                           " (REPL) first")
         if config.spec.method == "none":
             raise Refused("no draft length to change: this profile does not speculate (method none)")
-        if config.backend.kind == "remote":
+        if not config.backend_kind.switches_speculation:
             raise Refused("a remote server drafts the length it was started with — change it on the server")
         if isinstance(n_max, int) and not 1 <= n_max <= LONGEST_DRAFT:
             raise Refused(f"a draft length is 1 to {LONGEST_DRAFT} tokens, not {n_max}")

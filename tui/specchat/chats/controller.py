@@ -61,7 +61,7 @@ class BackendFacts:
     @staticmethod
     def of(backend: Backend) -> BackendFacts:
         spec = backend.config.spec  # "auto" is specchat's own loop: a llama-server drafts a fixed length
-        adaptive = spec.adaptive and spec.method != "none" and backend.config.backend.kind == "local"
+        adaptive = spec.adaptive and spec.method != "none" and backend.config.backend_kind.runs_engine
         return BackendFacts(backend.where, backend.pid, spec.method, backend.speculation_state(), backend.n_max,
                             adaptive, tuple(backend.notes), backend.rejected_tails,
                             {role: path.stat().st_size for role, path in backend.model_files().items()})
@@ -186,7 +186,7 @@ class ChatController:
     def speculation_toggled(self) -> Choice:
         """Speculation off for the following messages (the same target decodes plainly, its cache kept), or on."""
         choice = self._in_use()
-        if self.backend.config.backend.kind == "remote":
+        if not self.backend.config.backend_kind.switches_speculation:
             raise Refused("speculation on a server specchat does not start cannot be switched off from here — start"
                           " it with [backend] kind = \"llama-server\", or pick a profile without speculation")
         if not choice.speculation_off and self.backend.config.spec.method == "none":

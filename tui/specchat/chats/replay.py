@@ -20,6 +20,7 @@ from ..engine.events import (
     TokenKind,
 )
 from ..engine.stats import ReplyStats
+from ..colours import PROVENANCE
 from ..figures import DASH, num, pct
 from ..telemetry.live import LiveTelemetry
 from .records import ReplyRecord
@@ -29,8 +30,6 @@ NO_TRACE = "this reply was stored before specchat kept each step — only replie
 DAMAGED = "this reply's stored steps are damaged (or were written by another specchat) — it cannot be replayed"
 CHUNKS = "an OpenAI-compatible endpoint streams text chunks: which of their tokens were drafted is not known"
 MIN_COPY_CHARS = 4  # a shorter tail of a copy is found anywhere: it says nothing of where the draft came from
-KIND_NAMES = {"accepted": "accepted draft token", "corrected": "the target's correction",
-              "bonus": "the target's bonus token", "target": "plain target token"}
 
 
 @dataclass
@@ -152,7 +151,7 @@ def step_lines(replay: Replay, index: int) -> list[str]:
         own = step.own
         finished = replay.finished if index == len(replay.steps) - 1 else None
         if own:
-            lines.append(f"  then {KIND_NAMES[own.kind.value].removeprefix('the ')}: {_quote(own.text)}")
+            lines.append(f"  then {PROVENANCE[own.kind].name.removeprefix('the ')}: {_quote(own.text)}")
         elif finished is not None and finished.finish_reason == "loop":
             lines.append("  then the reply stopped in a loop (what the step verified after it is neither shown nor"
                          " counted)")
@@ -182,7 +181,7 @@ def token_lines(record: ReplyRecord, index: int) -> list[str]:
     if j and step.verified and step.verified.drafted:
         where += (f", position {j.position + 1} of its {step.verified.drafted}-token draft" if j.position
                   < step.verified.drafted else f", after its {step.verified.drafted}-token draft")
-    lines = [f"{_quote(token.text)} — {KIND_NAMES[token.kind.value]}, {where}"]
+    lines = [f"{_quote(token.text)} — {PROVENANCE[token.kind].name}, {where}"]
     if j is None:
         return lines + ["no candidates were kept for this reply (it was written before the inspector, or by a script)"]
     lines += _judgement_lines(j, token)

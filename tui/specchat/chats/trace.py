@@ -2,14 +2,21 @@
 what ``specchat replay`` and the app's replay read back — one encoding, so a replayed reply and the live one compare
 line by line.
 
-Rows, by ``type``: ``started``, ``context_trimmed``, ``speculation``, ``token``, ``rejected``, ``step``, ``threads``
-and ``summary`` (the reply's telemetry). A token's ``top`` is the target's best candidates at its position as
-``[text, probability]`` pairs, most likely first (``top_ids`` their ids), when the reply kept them.
+A row is an event's ``type`` (``TYPES``: ``started``, ``context_trimmed``, ``speculation``, ``token``, ``rejected``,
+``step``, ``threads`` and ``summary``, the reply's telemetry) and the event's own fields, nested records flattened into
+it (a reply's speculation state, a token's judgement, a summary's counters). A token's ``top`` is the target's best
+candidates at its position as ``[text, probability]`` pairs, most likely first (``top_ids`` their ids), when the reply
+kept them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
 import json
+import types
+import typing
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -18,7 +25,6 @@ from ..engine.events import (
     Candidate,
     ContextTrimmed,
     DraftRejected,
-    DraftSource,
     Event,
     Judgement,
     ReplyFinished,
@@ -28,7 +34,6 @@ from ..engine.events import (
     StepVerified,
     ThreadsAdjusted,
     TokenEmitted,
-    TokenKind,
 )
 from ..engine.stats import ReplyStats
 
@@ -36,71 +41,109 @@ Row = dict[str, Any]
 DIGITS = 6  # probabilities and seconds: a millionth is below anything shown
 
 
+# An event's ``type`` in its row; the fields are the dataclass's own (``_encoded``/``_decoded`` say how each type of
+# field is written), so a field added to an event is stored, printed by ``ask --json`` and replayed with nothing here
+# edited. A field a row lacks (written before the field existed) reads as its default.
+TYPES: dict[type, str] = {ReplyStarted: "started", ContextTrimmed: "context_trimmed", SpeculationChanged: "speculation",
+                          TokenEmitted: "token", DraftRejected: "rejected", StepVerified: "step",
+                          ThreadsAdjusted: "threads", ReplyFinished: "summary"}
+EVENTS: dict[str, type] = {tag: cls for cls, tag in TYPES.items()}
+REBUILT = {(ReplyFinished, "text")}  # not stored: the tokens before it spell it
+ROUNDED = {(ThreadsAdjusted, "others_cores"): 3}  # digits, where not DIGITS
+NESTED = (SpeculationState, Judgement, ReplyStats)  # records whose fields are written into the row, after the event's
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 def row_of(event: Event) -> Row:
-    """One event as a JSON-ready object."""
-    if isinstance(event, TokenEmitted):
-        row: Row = {"type": "token", "text": event.text, "token": event.token, "kind": event.kind.value,
-                    "step": event.step, "elapsed": round(event.elapsed, DIGITS)}
-        if event.judgement is not None:
-            row |= _judgement_row(event.judgement)
-        return row
-    if isinstance(event, DraftRejected):
-        row = {"type": "rejected", "text": event.text, "tokens": list(event.tokens), "step": event.step}
-        if event.pieces:
-            row["pieces"] = list(event.pieces)
-        return row
-    if isinstance(event, StepVerified):
-        row = {"type": "step", "step": event.step, "drafted": event.drafted, "accepted": event.accepted,
-               "ignored": event.ignored, "withheld": event.withheld, "n_max": event.n_max,
-               "context_used": event.context_used}
-        if event.source is not None:
-            row["source"] = event.source.value
-        if event.origin is not None:
-            row["origin"] = list(event.origin)
-        return row
-    if isinstance(event, ReplyStarted):
-        return {"type": "started", "prompt_tokens": event.prompt_tokens, "reused_tokens": event.reused_tokens,
-                "prefill_tokens": event.prefill_tokens, "n_ctx": event.n_ctx,
-                "estimated_tokens": event.estimated_tokens, **_speculation_row(event.speculation)}
-    if isinstance(event, SpeculationChanged):
-        return {"type": "speculation", **_speculation_row(event.speculation)}
-    if isinstance(event, ContextTrimmed):
-        return {"type": "context_trimmed", "dropped_messages": event.dropped_messages,
-                "tokens_before": event.tokens_before, "tokens_after": event.tokens_after, "n_ctx": event.n_ctx}
-    if isinstance(event, ThreadsAdjusted):
-        return {"type": "threads", "threads": event.threads, "allowed": event.allowed,
-                "others_cores": round(event.others_cores, 3), "n_cores": event.n_cores}
-    if isinstance(event, ReplyFinished):
-        return {"type": "summary", "finish_reason": event.finish_reason, **event.stats.summary()}
-    raise TypeError(f"not an engine event: {event!r}")
+    """One event as a JSON-ready object: its type, its text first where it has one (a reader's eye finds it), its
+    own fields, then its nested records' (a field at its empty default left out)."""
+    cls = type(event)
+    if cls not in TYPES:
+        raise TypeError(f"not an engine event: {event!r}")
+    fields = sorted(dataclasses.fields(event),
+                    key=lambda f: (f.name != "text", isinstance(getattr(event, f.name), NESTED)))
+    row: Row = {"type": TYPES[cls]}
+    for field in fields:
+        value = getattr(event, field.name)
+        if (cls, field.name) in REBUILT or value == field.default and field.default in (None, ()):
+            continue
+        row |= _encoded(field.name, value, ROUNDED.get((cls, field.name), DIGITS))
+    return row
 
 
 def events_of(rows: Iterable[Row]) -> Iterator[Event]:
-    """The events the rows were made from (a summary's reply text is rebuilt from the tokens before it)."""
+    """The events the rows were made from (a summary's reply text is rebuilt from the tokens before it); rows of a
+    type this version does not know are passed over."""
     text: list[str] = []
     for row in rows:
-        kind = row.get("type")
-        if kind == "token":
-            text.append(row["text"])
-            yield TokenEmitted(row["token"], row["text"], TokenKind(row["kind"]), row["step"], row["elapsed"],
-                               _judgement_of(row) if "top" in row else None)
-        elif kind == "rejected":
-            yield DraftRejected(tuple(row["tokens"]), row["text"], row["step"], tuple(row.get("pieces", ())))
-        elif kind == "step":
-            yield StepVerified(row["step"], row["drafted"], row["accepted"], row["ignored"], row["withheld"],
-                               row["n_max"], row["context_used"],
-                               DraftSource(row["source"]) if "source" in row else None, _origin_of(row))
-        elif kind == "started":
-            yield ReplyStarted(row["prompt_tokens"], row["reused_tokens"], row["prefill_tokens"], row["n_ctx"],
-                               _speculation_of(row), row.get("estimated_tokens", False))
-        elif kind == "speculation":
-            yield SpeculationChanged(_speculation_of(row))
-        elif kind == "context_trimmed":
-            yield ContextTrimmed(row["dropped_messages"], row["tokens_before"], row["tokens_after"], row["n_ctx"])
-        elif kind == "threads":
-            yield ThreadsAdjusted(row["threads"], row["allowed"], row["others_cores"], row["n_cores"])
-        elif kind == "summary":
-            yield ReplyFinished("".join(text), row["finish_reason"], stats_of(row))
+        cls = EVENTS.get(row.get("type", ""))
+        if cls is None:
+            continue
+        hints = _hints(cls)
+        values = {}
+        for field in dataclasses.fields(cls):
+            if (cls, field.name) in REBUILT:
+                values[field.name] = "".join(text)
+                continue
+            value = _decoded(field.name, hints[field.name], row)
+            if value is not _ABSENT:
+                values[field.name] = value
+        event = cls(**values)
+        if isinstance(event, TokenEmitted):
+            text.append(event.text)
+        yield event
+
+
+def _encoded(name: str, value: Any, digits: int) -> Row:
+    """A field as row keys: nested records flattened into the row, the rest by the type of its value."""
+    if isinstance(value, SpeculationState):
+        return _speculation_row(value)
+    if isinstance(value, Judgement):
+        return _judgement_row(value)
+    if isinstance(value, ReplyStats):
+        return value.summary()
+    if isinstance(value, enum.Enum):
+        return {name: value.value}
+    if isinstance(value, tuple):
+        return {name: list(value)}
+    if isinstance(value, float):
+        return {name: round(value, digits)}
+    return {name: value}
+
+
+_ABSENT = object()  # a field the row does not hold: the dataclass's default stands
+
+
+def _decoded(name: str, hint: Any, row: Row) -> Any:
+    """A field back from a row, by its declared type."""
+    if hint is SpeculationState:
+        return _speculation_of(row)
+    if hint is ReplyStats:
+        return stats_of(row)
+    if _optional(hint) is Judgement:
+        return _judgement_of(row) if "top" in row else None
+    if name not in row:
+        return _ABSENT
+    value, kind = row[name], _optional(hint)
+    if value is None:
+        return None
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return kind(value)
+    if typing.get_origin(kind) is tuple:
+        if not value and kind is not hint:  # an empty tuple where None may stand: nothing
+            return None
+        return tuple(int(v) if int in typing.get_args(kind) else v for v in value)
+    return value
+
+
+def _optional(hint: Any) -> Any:
+    """``X`` of ``X | None``; any other hint as it is."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) in (types.UnionType, typing.Union) and len(args) == 1 else hint
 
 
 def stats_of(summary: Row) -> ReplyStats:

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from .. import paths
 from ..colours import ANSI, ANSI_GHOST, ANSI_RESET, ansi
-from ..engine.config import DEFAULT_MAX_TOKENS
+from ..engine.engine_config import DEFAULT_MAX_TOKENS
 from ..engine.conversation import Message
 from ..engine.drafters import METHODS
 from ..errors import ConfigError

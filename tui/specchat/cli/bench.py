@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..backends.config import RunConfig
+from ..backends.run_config import RunConfig
 from ..backends.llama_server import uses_draft_model
 from ..bench import categories as by_category
 from ..bench import report as reporting

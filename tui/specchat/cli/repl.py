@@ -7,7 +7,7 @@ import os
 import sys
 
 from .. import paths
-from ..engine.config import DEFAULT_MAX_TOKENS
+from ..engine.engine_config import DEFAULT_MAX_TOKENS
 from .options import add_profile_option
 
 

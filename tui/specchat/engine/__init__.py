@@ -1,6 +1,6 @@
 """The speculative engine, free of any UI: configure it, feed it messages, consume its events."""
 
-from .config import EngineConfig, ModelSettings, SpecConfig
+from .engine_config import EngineConfig, ModelSettings, SpecConfig
 from .conversation import Message
 from .core import Engine
 from .events import (

@@ -5,7 +5,7 @@
 conversation's tokens live in ``conversation``, loading and hot reload in ``loading``, and what drafts and how far
 in ``speculation``: the drafters in ``drafters`` (a module per method), the draft length in ``draft_length`` and, for
 ``n_max = "auto"``, ``adaptive`` (its policies in ``auto``, the costs they learn in ``learned_costs``, what lasts
-between processes in ``auto_memory``).
+between processes in ``memory``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .. import paths
 from ..errors import ConfigError
 from .candidates import Ranked, RowJudgement, ranked
 from .chat_template import ChatTemplate
-from .config import DEFAULT_MAX_TOKENS, EngineConfig
+from .engine_config import DEFAULT_MAX_TOKENS, EngineConfig
 from .conversation import Message, TokenWindow
 from .cpu import ThreadGovernor
 from .drafters import METHODS, Draft, Drafter
@@ -45,7 +45,7 @@ from .events import (
 from .llama import Context, DecodeInterrupted, Model, common_prefix
 from .loading import LoadedDraft, draft_identity, open_pair, target_identity
 from .loop import Rules, StepOutcome, speculate
-from .loops import LoopWatch, loop_watch
+from .repetition import LoopWatch, loop_watch
 from .reference import PLAIN_RATE_TOKENS, PlainReference
 from .sampling import pick
 from .speculation import Speculation

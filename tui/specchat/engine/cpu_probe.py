@@ -23,6 +23,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from .. import paths
+from .bundled_model import bundled_model
 
 RISKY_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
 PROBE_TIMEOUT_S = 120.0
@@ -52,7 +53,7 @@ def extra_buffers_work() -> bool:
             return known[key]
     except (OSError, ValueError, AttributeError):
         known = {}
-    works = _probe()
+    works = _probe(bundled_model())  # small: loaded in a moment, whatever model is about to load
     known = known if isinstance(known, dict) else {}
     known[key] = works
     try:
@@ -65,13 +66,11 @@ def extra_buffers_work() -> bool:
     return works
 
 
-def _probe() -> bool:
-    """Decode with the extra buffer types in a child process: a crash there costs nothing here."""
-    from ..profiles.embedded import target_path
-
+def _probe(model: Path) -> bool:
+    """Decode ``model`` with the extra buffer types in a child process: a crash there costs nothing here."""
     code = "import sys; from specchat.engine.cpu_probe import decode_two_tokens; decode_two_tokens(sys.argv[1])"
     try:
-        done = subprocess.run([sys.executable, "-c", code, str(target_path())], capture_output=True,
+        done = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True,
                               timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return False

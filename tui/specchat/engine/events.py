@@ -9,7 +9,7 @@ then for each verify step, in this order:
 4. ``SpeculationChanged`` if the step switched speculation on or off, then ``StepVerified`` with the step's counts;
 5. ``ThreadsAdjusted`` when the engine changed how many threads decode the next steps (a busy machine);
 and finally ``ReplyFinished`` with the reply's telemetry. A rejected tail is therefore always shown between the
-accepted tokens of its step and the target's correction. A step whose tokens complete a loop (``loops``) ends the reply
+accepted tokens of its step and the target's correction. A step whose tokens complete a loop (``repetition``) ends the reply
 at that token, and its ``StepVerified`` counts the step as far as it was shown (as a llama-server's cut stream is
 counted): its draft as long as the accepted tokens shown, the rest of what it verified neither shown nor counted.
 """
@@ -141,7 +141,7 @@ class ThreadsAdjusted:
 @dataclass(frozen=True, slots=True)
 class ReplyFinished:
     text: str
-    # "stop", "length", "loop" (it repeated itself: engine/loops.py), "context_full", "cancelled" or "error"
+    # "stop", "length", "loop" (it repeated itself: engine/repetition.py), "context_full", "cancelled" or "error"
     finish_reason: str
     stats: ReplyStats
 

@@ -83,6 +83,22 @@ class _Cursor:
         return self.unpack(_SCALARS[GGUFValueType(vtype)])
 
 
+
+def check_gguf_file(path: Path, role: str) -> None:
+    """Fail with a clear line when ``path`` is not a readable GGUF file."""
+    if not path.exists():
+        raise ModelError(f"{role} model not found: {path} — check the path in the profile")
+    if not path.is_file():
+        raise ModelError(f"{role} model path is not a file: {path} — point the profile at a .gguf file")
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelError(f"cannot read {role} model {path}: {exc.strerror} — check its permissions") from None
+    if magic != GGUF_MAGIC:
+        raise ModelError(f"{role} model {path} is not a GGUF file (bad header) — re-download it or pick another file")
+
+
 def read_metadata(path: Path) -> dict[str, Any]:
     """All metadata key/values of a GGUF file, plus ``gguf.file_size``."""
     try:

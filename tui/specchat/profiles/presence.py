@@ -3,7 +3,7 @@ the load failing after Enter. Only looks (paths and the model folders); nothing 
 
 from __future__ import annotations
 
-from .configuration import model_base
+from .resolve import model_base
 from .models import EMBEDDED, locate
 from .schema import Profile
 
@@ -11,7 +11,7 @@ from .schema import Profile
 def absent_models(profile: Profile) -> str:
     """What of the profile's models this machine lacks, one line; "" when it has them all. A remote server holds its
     own models (a local copy of its target only tokenizes)."""
-    if profile.backend_kind == "remote":
+    if profile.backend_kind.own_models:
         return ""
     wanted = [("target", profile.model("target"))]
     if profile.uses_draft_model:

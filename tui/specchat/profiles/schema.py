@@ -1,7 +1,7 @@
 """TOML speculation profiles: the keys a profile may hold, what each accepts, and ``Profile``, a validated one.
 
 Reading one is ``parse`` (every error names the file, the key and its line), finding one is ``catalogue``, turning one
-into an engine configuration is ``configuration``. Unknown keys are errors, never ignored.
+into an engine configuration is ``resolve``. Unknown keys are errors, never ignored.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any
 from tomlkit.toml_document import TOMLDocument
 
 from .. import paths
-from ..backends.config import APIS, BACKENDS, SPEC_TYPES, known_spec_type
-from ..engine.config import KV_CACHES
+from ..backends.run_config import APIS, SPEC_TYPES, known_spec_type
+from ..backends.kinds import BackendKind, backend_kinds, kind_named
+from ..engine.engine_config import KV_CACHES
 from ..engine.drafters import METHODS
-from ..engine.loops import LoopRule
+from ..engine.repetition import LoopRule
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "seed": Key(int, 0, f"an integer from 0 to {UINT32:,}", lambda v: 0 <= v <= UINT32),
     },
     "backend": {
-        "kind": Key(str, "local", f"one of {', '.join(BACKENDS)}", lambda v: v in BACKENDS),
+        "kind": Key(str, "local", f"one of {', '.join(backend_kinds())}", lambda v: v in backend_kinds()),
         "spec_type": Key(str, None, f"one of llama.cpp's spec types: {', '.join(SPEC_TYPES)}, or a comma-separated"
                          " list of them without spaces (the first that drafts wins)", known_spec_type),
         "binary": Key(str, None, "the path of a llama-server binary"),
@@ -98,7 +99,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "chat": {
         "system_prompt": Key(str, "", "a string"),
         "template": Key(str, None, "a Jinja file or one of llama.cpp's chat format names (e.g. \"chatml\")"),
-        "stop_on_loop": Key(bool, True, "true (stop a reply that repeats the same span: engine/loops.py) or false"),
+        "stop_on_loop": Key(bool, True, "true (stop a reply that repeats the same span: engine/repetition.py) or false"),
         "loop_repeats": Key(int, LoopRule.repeats, "an integer from 2 to 1,000", lambda v: 2 <= v <= 1000),
         "loop_min_tokens": Key(int, LoopRule.min_tokens, "an integer from 2 to 100,000", lambda v: 2 <= v <= 100_000),
         "loop_window": Key(int, LoopRule.window, "an integer from 2 to 100,000", lambda v: 2 <= v <= 100_000),
@@ -132,8 +133,8 @@ class Profile:
         return METHODS[self.method].draft_model
 
     @property
-    def backend_kind(self) -> str:
-        return self.values["backend"]["kind"]
+    def backend_kind(self) -> BackendKind:
+        return kind_named(self.values["backend"]["kind"])
 
     def model(self, role: str) -> str | None:
         """The GGUF the profile names for ``role`` ("target" or "draft"), as written."""

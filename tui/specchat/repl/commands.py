@@ -24,7 +24,7 @@ from ..profiles.favourites import favourite, load_favourites
 from ..text import is_number
 
 from . import chat_commands as editing
-from .shell import Interrupts
+from .interrupts import Interrupts
 
 if TYPE_CHECKING:
     from .shell import Repl

@@ -11,7 +11,8 @@ from ..telemetry.live import LiveTelemetry
 
 # prompt-toolkit spells a Rich colour name as "ansi…"; hex colours are the same.
 STYLE = Style.from_dict({
-    kind: (f"ansi{rich}" if rich and not rich.startswith("#") else rich) or "" for kind, (rich, _) in PROVENANCE.items()
+    kind: (f"ansi{shown.style}" if shown.style and not shown.style.startswith("#") else shown.style) or ""
+    for kind, shown in PROVENANCE.items()
 } | {"ghost": "strike #808080", "dim": "#808080", "toolbar": "reverse", "warn": "#ffaf00 bold"})
 
 

@@ -15,7 +15,6 @@ import queue
 import signal
 import sys
 import termios
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,8 @@ from ..profiles.embedded import told_while_deriving
 from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
 from ..text import valid_text
 from . import render
+from .commands import PromptCompleter, run_command
+from .interrupts import Interrupts
 from .status import StatusLine
 
 FRAME_S = 0.2
@@ -68,7 +69,6 @@ _DONE = object()
 class Repl(ControllerViews):
     def __init__(self, settings: ReplSettings, *, input: Input | None = None, output: Output | None = None,
                  text_out: TextIO | None = None, interactive: bool = True) -> None:
-        from .commands import PromptCompleter
 
         self.settings = settings
         self.interactive = interactive
@@ -244,7 +244,6 @@ class Repl(ControllerViews):
 
     def _handle(self, text: str) -> None:
         """A line read: a slash command, the text of the message /edit opened, or a message."""
-        from .commands import run_command
 
         editing, self.editing = self.editing, None  # an edit emptied, or a command typed, ends it
         if not text.strip():
@@ -386,27 +385,6 @@ class _Patience:
 
     def _handle(self, _signum: int, _frame: object) -> None:
         self.interrupted = True
-
-
-class Interrupts:
-    """While a reply streams: the first Ctrl+C stops it (kept, cancelled), the second — or the terminal closing —
-    quits the REPL with the partial reply saved as interrupted."""
-
-    def __init__(self, cancel: threading.Event, quit_now: Callable[[], None]) -> None:
-        self.cancel, self.quit_now = cancel, quit_now
-
-    def __enter__(self) -> Interrupts:
-        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        if signum != signal.SIGINT or self.cancel.is_set():
-            self.quit_now()
-        self.cancel.set()
 
 
 __all__ = ["INTERRUPTED", "Repl", "ReplSettings"]

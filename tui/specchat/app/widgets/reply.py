@@ -16,7 +16,7 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
 
 from ...chats.records import ReplyRecord
-from ...colours import GHOST_STYLE, STYLES
+from ...colours import GHOST_STYLE, PROVENANCE, STYLES
 from ...figures import looped
 from .text_lines import TextLines
 
@@ -33,9 +33,9 @@ SELECTED, COPIED = "reverse", "underline"  # marks: the inspector's token (a rep
 
 def legend() -> Text:
     text = Text()
-    for kind, label in (("accepted", "accepted draft"), ("corrected", "correction"), ("bonus", "bonus"), ("target", "target")):
-        text.append("■ ", style=STYLES[kind] or "bold")
-        text.append(label + "  ")
+    for shown in PROVENANCE.values():
+        text.append("■ ", style=shown.style or "bold")
+        text.append(shown.label + "  ")
     text.append("abc", style=GHOST_STYLE)
     text.append(" rejected draft")
     return text

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .base import Draft, Drafter, Method, Parts
+from .base import Draft, Drafter, Method
 from .history import History
 from .ngram import NgramDrafter
 

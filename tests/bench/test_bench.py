@@ -1,0 +1,327 @@
+"""``specchat bench`` end to end on a small task file: a well-formed, internally consistent report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from specchat.bench.tasks import Task
+from specchat.engine.draft_length.auto import VerifyCost
+from helpers import cli
+
+TWO_TASKS = """
+[[task]]
+name = "copy"
+kind = "copy"
+copy_heavy = true
+max_tokens = 32
+prompt = "Repeat exactly: alpha beta gamma delta epsilon zeta eta theta."
+
+[[task]]
+name = "chat"
+max_tokens = 32
+prompt = "Write a short welcome note for the team."
+history = [
+  { role = "user", content = "We are the night shift." },
+  { role = "assistant", content = "Nice to meet you, night shift!" },
+]
+"""
+
+
+@pytest.fixture
+def task_file(tmp_path) -> Path:
+    path = tmp_path / "tasks.toml"
+    path.write_text(TWO_TASKS)
+    return path
+
+
+def _bench(tmp_path: Path, *args: str):
+    out = tmp_path / "report.json"
+    result = cli("bench", "--repeat", "1", "--json", str(out), *args)
+    report = json.loads(out.read_text()) if out.exists() else None
+    return result, report
+
+
+def _check_specchat_rows(report: dict) -> None:
+    runs = [r for r in report["runs"] if r["runner"].startswith("specchat")]
+    assert len(runs) == 2 * 2 * 2  # tasks × (warm-up + 1 repetition) × (speculation, plain)
+    rows = {(r["task"], r["runner"]): r for r in report["summary"]}
+    for task in ("copy", "chat"):
+        spec, plain = rows[(task, "specchat draft")], rows[(task, "specchat none")]
+        measured = {r["runner"]: r for r in runs if r["task"] == task and r["rep"] == 0}
+        a, b = measured["specchat draft"], measured["specchat none"]
+        assert spec["decode_tps_median"] == a["decode_tps"] and plain["decode_tps_median"] == b["decode_tps"]
+        assert spec["speedup"] == pytest.approx(a["decode_tps"] / b["decode_tps"])
+        assert spec["speedup_total"] == pytest.approx(b["total"] / a["total"])
+        assert spec["drafted"] == a["drafted"] > 0 and spec["accepted"] == a["accepted"] <= a["drafted"]
+        assert spec["acceptance_rate"] == pytest.approx(a["accepted"] / a["drafted"])
+        assert a["tokens"] == b["tokens"] and spec["same_output"] is True  # greedy: identical output
+        assert plain["drafted"] is None and plain["speedup"] is None
+        for run in (a, b):
+            assert run["ttft"] > 0 and run["total"] >= run["ttft"] and run["generated"] == len(run["tokens"])
+            assert run["peak_rss"] > 50e6  # at least the models' weights
+    assert report["output_changed"] == []
+    assert report["profile"]["name"] == "tiny" and report["machine"]["cores"] >= 1
+
+
+def test_bench_without_peers(tmp_path, task_file):
+    plot = tmp_path / "plot.svg"
+    result, report = _bench(tmp_path, "--tasks", str(task_file), "--plot", str(plot))
+    assert result.returncode == 0, result.stderr
+    _check_specchat_rows(report)
+    assert "[1/2] copy" in result.stderr and "run 1/1" in result.stderr  # progress while it runs
+    assert "specchat draft" in result.stdout and "decode tok/s" in result.stdout
+    assert plot.read_text().lstrip().startswith("<?xml") and "<svg" in plot.read_text()
+    # The chat task carried its history: its prompt is longer than the copy task's.
+    prefill = {r["task"]: r["extra"]["prefill_tokens"] for r in report["runs"] if r["rep"] == 0}
+    assert prefill["chat"] > prefill["copy"] - 10
+
+
+def test_bench_with_a_peer(tmp_path, task_file):
+    result, report = _bench(tmp_path, "--tasks", str(task_file), "--peers", "llama-cpp-python")
+    assert result.returncode == 0, result.stderr
+    _check_specchat_rows(report)
+    peer_rows = [r for r in report["summary"] if r["runner"] == "llama-cpp-python"]
+    assert {r["task"] for r in peer_rows} == {"copy", "chat"}
+    base = {r["task"]: r for r in report["summary"] if r["runner"] == "specchat none"}
+    for row in peer_rows:
+        assert row["speedup"] == pytest.approx(row["decode_tps_median"] / base[row["task"]]["decode_tps_median"])
+        assert isinstance(row["same_output"], bool)
+    assert len([r for r in report["runs"] if r["runner"] == "llama-cpp-python"]) == 4  # 2 tasks × (warm-up + 1)
+
+
+def test_unknown_task_file_is_one_clear_line(tmp_path):
+    result, report = _bench(tmp_path, "--tasks", str(tmp_path / "nope.toml"))
+    assert result.returncode == 2 and report is None
+    assert result.stderr.strip() == f"specchat: error: task file not found: {tmp_path / 'nope.toml'} — give a TOML file with [[task]] tables, or omit --tasks"
+
+
+def test_malformed_task_is_skipped_with_one_line(tmp_path, task_file):
+    task_file.write_text(TWO_TASKS + '\n[[task]]\nname = "bad"\nmax_tokens = -4\nprompt = "x"\n')
+    result, report = _bench(tmp_path, "--tasks", str(task_file))
+    assert result.returncode == 0
+    assert "skipped:" in result.stderr and "task bad: max_tokens must be an integer ≥ 1, got -4" in result.stderr
+    assert {r["task"] for r in report["summary"]} == {"copy", "chat"}
+    assert any("task bad" in e for e in report["errors"])
+
+
+@pytest.mark.parametrize(("binary", "message"), [("/nonexistent/llama-server", "not found"), ("/bin/false", "exited at start (code 1)")])
+def test_broken_peer_binary_is_one_line_and_the_bench_goes_on(tmp_path, task_file, binary, message):
+    result, report = _bench(tmp_path, "--tasks", str(task_file), "--peers", f"llama-server={binary}")
+    assert result.returncode == 0, result.stderr
+    peer_lines = [line for line in result.stderr.splitlines() if line.startswith("peer skipped")]
+    assert len(peer_lines) == 1 and message in peer_lines[0]
+    _check_specchat_rows(report)
+    assert [e for e in report["errors"] if message in e]
+
+
+def test_bad_bench_arguments(tmp_path, task_file):
+    bad_plot = cli("bench", "--tasks", str(task_file), "--plot", str(tmp_path / "x.txt"))
+    assert bad_plot.returncode == 2 and "--plot must end in .png or .svg" in bad_plot.stderr
+    bad_peer = cli("bench", "--peers", "ollama")
+    assert bad_peer.returncode == 2 and "unknown peer 'ollama'" in bad_peer.stderr
+
+
+def test_bench_with_llama_server_peers_through_the_server_backend(tmp_path, task_file, llama_server):
+    """The peers are the same backend code as a server profile, alternated with specchat's runs."""
+    result, report = _bench(tmp_path, "--profile", "ngram", "--tasks", str(task_file),
+                            "--peers", f"llama-server={llama_server}")
+    assert result.returncode == 0, result.stderr
+    rows = {(r["task"], r["runner"]): r for r in report["summary"]}
+    for task in ("copy", "chat"):
+        for peer in ("llama-server none", "llama-server ngram-simple", "llama-server ngram-map-k", "llama-server ngram-mod"):
+            assert rows[(task, peer)]["speedup"] > 0
+        # Plain decoding through the server is specchat's own, token for token.
+        assert rows[(task, "llama-server none")]["same_output"] is True
+    runs = [r for r in report["runs"] if r["task"] == "copy" and r["rep"] == 0]
+    assert len({r["runner"] for r in runs}) == 6  # specchat none and ngram, four server types: side by side
+    assert "speed-up against specchat's plain decoding" in result.stdout
+
+
+def _ngram_replay():
+    path = Path(__file__).parents[2] / "benchmarks" / "ngram_replay.py"
+    spec = importlib.util.spec_from_file_location("ngram_replay", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_replay_match_table_on_worked_examples(make_engine):
+    """The bound quoted for draft-length policies that see only the match length: on a reply that copies its prompt,
+    the best table drafts the whole copy at once, as the oracle does; when a batch costs its tokens decoded one by one,
+    no table beats plain decoding."""
+    from specchat.engine.drafters.ngram import NgramDrafter
+
+    replay = _ngram_replay()
+    rules, drafter = make_engine("ngram", n_max=4).speculation.rules, NgramDrafter(2, 4)
+    task = Task(name="t", prompt="", max_tokens=64)
+    copying = replay.Reply(task, prompt=list(range(100, 110)), tokens=list(range(100, 110)))
+    flat = VerifyCost((1, 64), (1.0, 1.0), exact=64)
+    linear = VerifyCost((1, 64), (1.0, 64.0), exact=64)
+    # One plain step (no 2-token key yet), then the other eight tokens copied in one step with the bonus: 9 in 2.
+    assert replay.match_table(copying, flat, rules, drafter) == pytest.approx(4.5)
+    assert replay.replay(copying, replay.ORACLE, flat, rules, drafter) == pytest.approx(4.5)
+    assert replay.match_table(copying, linear, rules, drafter) == pytest.approx(1.0)
+
+
+def test_the_replay_copy_ceiling_on_worked_examples():
+    """The ceiling quoted for prompt-lookup drafting, on replies whose best plans can be written down by hand."""
+    replay = _ngram_replay()
+    task = Task(name="t", prompt="", max_tokens=64)
+    copying = replay.Reply(task, prompt=list(range(100, 110)), tokens=list(range(100, 110)))
+    fresh = replay.Reply(task, prompt=list(range(100, 110)), tokens=list(range(200, 210)))
+    flat = VerifyCost((1, 64), (1.0, 1.0), exact=64)
+    linear = VerifyCost((1, 64), (1.0, 64.0), exact=64)
+    # The first token comes from the prefill; one flat-cost step verifies the other 9, copied from the prompt.
+    assert replay.copy_ceiling(copying, flat) == pytest.approx(9.0)
+    # When a batch costs as much as its tokens decoded one by one, no plan beats plain decoding.
+    assert replay.copy_ceiling(copying, linear) == pytest.approx(1.0)
+    # Nothing to copy: every step is plain, whatever a batch costs.
+    assert replay.copy_ceiling(fresh, flat) == pytest.approx(1.0)
+    # A verify batch no larger than 4 rows: 9 tokens in steps of at most 4 (3 + 1 bonus each) take 3 steps.
+    assert replay.copy_ceiling(copying, VerifyCost((1, 4), (1.0, 1.0), exact=4)) == pytest.approx(3.0)
+    # A copy reaches no further than the text known at its step: ten equal tokens copy 1, then 3, then the last 2.
+    repeating = replay.Reply(task, prompt=[5], tokens=[7] * 10)
+    assert replay.copy_ceiling(repeating, flat) == pytest.approx(3.0)
+
+
+# Spec-Bench -------------------------------------------------------------------------------------------------------
+
+
+def test_spec_bench_sample_runs_both_turns_and_reports_per_category(tmp_path):
+    """Two of Spec-Bench's questions end to end on the bundled model: 81 (writing, MT-bench, two turns) and 321 (qa)."""
+    result, report = _bench(tmp_path, "--suite", "spec-bench", "--questions", "81,321", "--max-tokens", "24")
+    assert result.returncode == 0, result.stderr
+    assert [t for t in report["settings"]["questions"]] == ["writing-81", "qa-321"]
+    assert report["categories"] == {"writing-81": "writing", "qa-321": "qa"}
+    measured = {(r["task"], r["runner"]): r for r in report["runs"] if r["rep"] == 0}
+    spec, plain = measured[("writing-81", "specchat draft")], measured[("writing-81", "specchat none")]
+    for run in (spec, plain):
+        assert run["extra"]["turns"] == 2 and len(run["extra"]["generated_turns"]) == 2
+        assert sum(run["extra"]["generated_turns"]) == run["generated"] == len(run["tokens"])
+        first, second = run["extra"]["prompt_turns"]
+        # The second turn's prompt holds the first turn and the runner's own reply to it, whose tokens are in the
+        # KV cache already: the second prefill decodes only the new turn.
+        assert second > first + run["extra"]["generated_turns"][0]
+        assert run["extra"]["prefill_turns"][1] < second - first
+        assert run["extra"]["ttft_turns"][0] == run["ttft"] > 0
+    assert spec["tokens"] == plain["tokens"]  # greedy: both turns identical to plain decoding
+    assert measured[("qa-321", "specchat none")]["extra"]["turns"] == 1
+    rows = {(r["category"], r["runner"]): r for r in report["by_category"]}
+    assert set(rows) == {(c, r) for c in ("writing", "qa", "overall") for r in ("specchat none", "specchat draft")}
+    for category in ("writing", "qa"):
+        task = next(t for t, c in report["categories"].items() if c == category)
+        row, run, base = rows[(category, "specchat draft")], measured[(task, "specchat draft")], measured[(task, "specchat none")]
+        assert row["speedup"] == pytest.approx(run["decode_tps"] / base["decode_tps"])
+        assert row["acceptance_rate"] == pytest.approx(run["accepted"] / run["drafted"])
+        # Each turn's first token comes from its prefill; a turn ended by the end-of-reply token spent a step on it.
+        yielded = run["generated"] - run["extra"]["turns"] + run["extra"]["finish_turns"].count("stop")
+        assert run["extra"]["step_tokens"] == yielded
+        assert row["tokens_per_step"] == pytest.approx(yielded / run["extra"]["steps"])
+        assert row["same_output"] is True and row["questions"] == 1
+        assert rows[(category, "specchat none")]["tokens_per_step"] == pytest.approx(1.0)
+    overall = rows[("overall", "specchat draft")]
+    tps = [measured[(t, "specchat draft")]["decode_tps"] for t in ("writing-81", "qa-321")]
+    base_tps = [measured[(t, "specchat none")]["decode_tps"] for t in ("writing-81", "qa-321")]
+    assert overall["speedup"] == pytest.approx(sum(tps) / sum(base_tps)) and overall["questions"] == 2
+    assert "category" in result.stdout and "tokens/step" in result.stdout and "overall" in result.stdout
+    assert "runs, about" in result.stderr and "left" in result.stderr  # progress: runs done and the time left
+    decode = [spec["extra"]["decode_s"], plain["extra"]["decode_s"]]
+    assert all(d > 0 for d in decode)
+    assert spec["decode_tps"] == pytest.approx((spec["generated"] - 2) / spec["extra"]["decode_s"])
+
+
+def test_spec_bench_questions_are_drawn_per_category(tmp_path):
+    """--per and --seed draw the same questions every time, per category in Spec-Bench's order (checked by the file
+    itself, not by the reader under test)."""
+    from specchat.bench.spec_bench import Selection, read_questions, select, suite_path
+
+    lines = [json.loads(line) for line in suite_path().read_text().splitlines()]
+    assert len(lines) == 480
+    tasks, problems = read_questions(suite_path())
+    assert problems == [] and len(tasks) == 480
+    assert sum(1 for t in tasks if t.follow_ups) == 80  # MT-bench's two-turn questions
+    picked = select(tasks, Selection(per=2, seed=3))
+    assert len(picked) == 26 and picked == select(tasks, Selection(per=2, seed=3))
+    assert [t.category for t in picked][::2] == list(dict.fromkeys(line["category"] for line in lines))
+    assert select(tasks, Selection(per=2, seed=4)) != picked
+    only = select(tasks, Selection(per=1, categories=("rag", "qa")))
+    assert [t.category for t in only] == ["qa", "rag"]
+
+
+def test_category_report_on_a_worked_example():
+    """Spec-Bench's ratio of means, not a mean of ratios: two questions, plain 10 and 30 tok/s, speculative 20 and
+    30 — the category's speed-up is 50/40 = 1.25 (a mean of ratios would say 1.5)."""
+    from specchat.bench.categories import by_category
+
+    def row(task, runner, tps, drafted=None, accepted=None, same=None):
+        return {"task": task, "runner": runner, "decode_tps_median": tps, "drafted": drafted, "accepted": accepted,
+                "same_output": same}
+
+    def run(task, runner, generated, steps):
+        return {"task": task, "runner": runner, "rep": 0, "generated": generated, "ttft": 0.1,
+                "extra": {"turns": 1, "steps": steps, "step_tokens": generated - 1}}
+
+    report = {
+        "categories": {"a": "qa", "b": "qa"},
+        "summary": [row("a", "specchat none", 10), row("b", "specchat none", 30),
+                    row("a", "specchat ngram", 20, 8, 6, True), row("b", "specchat ngram", 30, 4, 1, True)],
+        "runs": [run("a", "specchat none", 11, 10), run("b", "specchat none", 11, 10),
+                 run("a", "specchat ngram", 11, 4), run("b", "specchat ngram", 11, 6)],
+    }
+    rows = {(r["category"], r["runner"]): r for r in by_category(report)}
+    mine = rows[("qa", "specchat ngram")]
+    assert mine["speedup"] == pytest.approx(1.25)
+    assert mine["acceptance_rate"] == pytest.approx(7 / 12)
+    assert mine["tokens_per_step"] == pytest.approx(20 / 10)
+    assert rows[("qa", "specchat none")]["tokens_per_step"] == pytest.approx(1.0)
+    assert rows[("overall", "specchat ngram")]["speedup"] == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    (['{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}', "not json at all"],
+     ":2: not a JSON object"),
+    (['{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}', '{"question_id": 2, "category": "qa"}'],
+     ":2: 'turns' is missing"),
+    (['{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}',
+      '{"question_id": 1, "category": "rag", "turns": ["Who wrote Macbeth?"]}'],
+     ":2: question_id 1 is already at line 1"),
+])
+def test_malformed_question_lines_are_skipped_with_one_line_each(tmp_path, lines, expected):
+    path = tmp_path / "question.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result, report = _bench(tmp_path, "--tasks", str(path), "--max-tokens", "8")
+    assert result.returncode == 0, result.stderr
+    skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped:")]
+    assert len(skipped) == 1 and f"{path}{expected}" in skipped[0]
+    assert {r["task"] for r in report["summary"]} == {"qa-1"}  # the rest of the run went on
+    assert any(expected in e for e in report["errors"])
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--suite", "spec-bench", "--categories", "poetry"), "--categories: unknown category 'poetry'"),
+    (("--suite", "spec-bench", "--per", "11", "--categories", "writing"), "--per 11 is larger than category 'writing' (10 questions)"),
+    (("--suite", "spec-bench", "--questions", "9999"), "--questions: no question with id 9999"),
+    (("--per", "2",), "--per, --questions and --categories choose Spec-Bench questions"),
+    (("--suite", "spec-bench", "--questions", "81", "--per", "1"), "give --questions or --per, not both"),
+    (("--suite", "spec-bench", "--max-tokens", "0"), "--max-tokens must be ≥ 1, got 0"),
+])
+def test_impossible_spec_bench_choices_are_one_clear_line(tmp_path, args, fragment):
+    from helpers import assert_one_clear_line
+
+    result, report = _bench(tmp_path, *args)
+    assert_one_clear_line(result, fragment)
+    assert report is None
+
+
+def test_a_question_file_that_is_not_json_lines_is_one_clear_line(tmp_path):
+    from helpers import assert_one_clear_line
+
+    path = tmp_path / "question.jsonl"
+    path.write_text("[[task]]\nname = 'toml, not json'\n")
+    result, _ = _bench(tmp_path, "--tasks", str(path))
+    assert_one_clear_line(result, f"{path}: no question could be read")

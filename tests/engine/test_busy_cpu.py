@@ -1,0 +1,91 @@
+"""A busy machine: the engine decodes with the threads other processes leave it, and the output does not change."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import run
+from specchat.engine import cpu
+from specchat.engine.cpu import CpuSample, ThreadGovernor, others_cores
+from specchat.engine.events import ThreadsAdjusted
+from specchat.engine.llama import Context, Model
+
+
+def test_others_cores_is_all_busy_time_less_our_own():
+    before = CpuSample(when=10.0, busy_s=100.0, ours_s=20.0)
+    after = CpuSample(when=12.0, busy_s=103.6, ours_s=20.4)  # 3.6 core-seconds in 2 s, 0.4 of them ours
+    assert others_cores(before, after) == pytest.approx(1.6)
+    assert others_cores(after, after) == 0.0
+
+
+def test_the_governor_gives_back_cores_to_others_and_takes_them_again(monkeypatch):
+    """Two cores, two threads allowed; each check sees what other processes used over the last second."""
+    monkeypatch.setattr(cpu, "CHECK_EVERY_S", 0.0)
+    others = iter([0.0, 0.1, 1.8, 1.0, 1.0, 0.2, 0.0, 1.2])  # the first is the sample taken at start
+    clock = {"t": 0.0, "busy": 0.0}
+
+    def sample() -> CpuSample:  # one second later, others used the next figure and we used 0.3 of a core
+        clock["t"] += 1.0
+        clock["busy"] += next(others, 0.0) + 0.3
+        return CpuSample(clock["t"], clock["busy"], 0.3 * clock["t"])
+
+    clock["t"], clock["busy"] = -1.0, -0.3  # the first sample lands on 0 s
+    applied = []
+    governor = ThreadGovernor(2, applied.append, n_cores=2, sample=sample)
+    counts = []
+    for _ in range(7):
+        governor.check()
+        counts.append(governor.threads)
+    # 0.1 busy: 2 stay · 1.8: 1 · 1.0: still 1 (one free core is one thread) · 1.0 · 0.2: 2 again · 0.0 · 1.2: 1
+    assert counts == [2, 1, 1, 1, 2, 2, 1]
+    assert applied == [1, 2, 1]
+    assert governor.oversubscribed
+
+
+def test_the_thread_count_does_not_change_the_logits(target_path):
+    """What makes adapting safe: 1 and 2 threads give bit-identical logits, prefill and one token at a time."""
+    model = Model(target_path)
+    tokens = model.tokenize("The lighthouse keeper opened the bottle and read", add_special=True)
+    results = []
+    for threads in (1, 2):
+        ctx = Context(model, n_ctx=256, threads=threads)
+        ctx.decode(tokens, all_logits=True)
+        prefill = ctx.logits().copy()
+        steps = []
+        for _ in range(24):
+            token = int(np.argmax(ctx.logits()[-1]))
+            ctx.decode([token])
+            steps.append(ctx.logits()[-1].copy())
+        ctx.close()
+        results.append((prefill, steps))
+    model.close()
+    assert np.array_equal(results[0][0], results[1][0])
+    assert all(np.array_equal(a, b) for a, b in zip(results[0][1], results[1][1]))
+
+
+@pytest.fixture
+def two_busy_loops():
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield
+    for loop in loops:
+        loop.kill()
+        loop.wait()
+
+
+def test_beside_two_busy_loops_the_engine_drops_to_one_thread_and_the_reply_is_the_same(make_engine, two_busy_loops):
+    prompt = "Write a long story about a lighthouse keeper who finds a message in a bottle."
+    engine = make_engine("ngram")
+    busy = run(engine, prompt, max_tokens=120)
+    adjusted = [e for e in busy.events if isinstance(e, ThreadsAdjusted)]
+    assert adjusted and adjusted[0].threads == 1 and adjusted[0].others_cores > 1.0, adjusted
+    assert busy.finished.stats.threads == 1
+    fixed = make_engine("ngram")
+    fixed.apply(dataclasses.replace(fixed.config, adapt_threads=False))
+    same = run(fixed, prompt, max_tokens=120)
+    assert not any(isinstance(e, ThreadsAdjusted) for e in same.events)
+    assert same.ids == busy.ids  # the thread count changed mid-reply; not one token did

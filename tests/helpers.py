@@ -1,0 +1,239 @@
+"""What several test modules share, in one place: the engine's runs, the app driven through Pilot, the REPL on a
+pipe, the command line as a user runs it, and stored chats built by hand. (Fixtures are conftest.py's; the backend
+kinds of the conformance suite are backend_kinds.py's; GGUF files written for a test, gguf_fixtures.py's.)"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from prompt_toolkit.data_structures import Size
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output.vt100 import Vt100_Output
+
+from specchat import paths
+from specchat.app.chat_app import SpecchatApp
+from specchat.app.widgets.prompt import PromptInput
+from specchat.app.widgets.reply import ReplyView
+from specchat.chats.session import ChatSession
+from specchat.engine import Engine
+from specchat.engine.events import (ContextTrimmed, DraftRejected, Event, ReplyFinished, ReplyStarted, StepVerified,
+                                    TokenEmitted)
+from specchat.engine.repetition import LoopRule
+from specchat.repl.shell import Repl, ReplSettings
+
+THREADS = 2  # every model of the tests decodes with two threads (the machine's cores)
+
+# -- the engine ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """Everything one reply produced, split by event type."""
+
+    events: list[Event]
+    tokens: list[TokenEmitted] = field(default_factory=list)
+    rejected: list[DraftRejected] = field(default_factory=list)
+    steps: list[StepVerified] = field(default_factory=list)
+    trimmed: list[ContextTrimmed] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for e in self.events:
+            {TokenEmitted: self.tokens, DraftRejected: self.rejected, StepVerified: self.steps,
+             ContextTrimmed: self.trimmed}.get(type(e), []).append(e)
+
+    @property
+    def started(self) -> ReplyStarted:
+        return next(e for e in self.events if isinstance(e, ReplyStarted))
+
+    @property
+    def finished(self) -> ReplyFinished:
+        assert isinstance(self.events[-1], ReplyFinished)
+        return self.events[-1]
+
+    @property
+    def ids(self) -> list[int]:
+        return [t.token for t in self.tokens]
+
+
+def run(engine: Engine, prompt: str, **kwargs) -> Run:
+    return Run(list(engine.reply(prompt, **kwargs)))
+
+
+# -- replies stuck in a loop (the rule read from its words alone, sharing nothing with LoopWatch) ----------
+# Prompts the bundled target answers in a loop (found by asking it): accented Spanish, an emoji row, Chinese.
+LOOPS = ("Repite: código de código de código", "Escribe una lista de 30 emojis 🙂", "写一首关于猫的诗")
+LIMIT = 120  # tokens: each of LOOPS falls into its loop well before
+
+
+def first_loop(ids: list, rule: LoopRule = LoopRule()) -> tuple[int, int] | None:
+    """Where a reply stops and the span it repeats, read from the rule's words alone: the first length n whose last
+    max(span × repeats, min_tokens) tokens are one span of at most window // repeats tokens over and over (slowly,
+    token by token, sharing nothing with LoopWatch)."""
+    for n in range(1, len(ids) + 1):
+        for span in range(1, rule.window // rule.repeats + 1):
+            stretch = max(span * rule.repeats, rule.min_tokens)
+            if stretch <= n and all(ids[i] == ids[i - span] for i in range(n - stretch + span, n)):
+                return n, span
+    return None
+
+
+def loop_cut(ids: list[int], piece) -> tuple[int, int] | None:
+    """Where a reply in a loop ends (``first_loop``), moved on to the token that ends a character when the loop was
+    completed inside one (``piece``: a token's bytes)."""
+    loop = first_loop(ids)
+    if loop is None:
+        return None
+    n, span = loop
+    while n < len(ids):
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        decoder.decode(b"".join(piece(t) for t in ids[:n]))
+        if not decoder.getstate()[0]:  # no bytes waiting for the rest of their character
+            break
+        n += 1
+    return n, span
+
+
+# -- profiles --------------------------------------------------------------------------------------------------
+
+
+def endless_profile(base: str = "tiny") -> str:
+    """A user profile: the preset ``base`` with loops not stopped. Greedy SmolLM2 tells a long story in a loop, and
+    the loop rule can end it by itself ("loop") a few seconds in; a test that acts on a reply still streaming (quit,
+    Ctrl+C, Esc an A/B) runs this one, whose reply can only end at its token cap. Returns the profile's name."""
+    folder = paths.user_profiles_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    preset = (paths.bundled_profiles_dir() / f"{base}.toml").read_text()
+    assert "[chat]" in preset, f"{base}.toml has no [chat] section: its replies would stop in a loop after all"
+    name = f"{base}-endless"
+    (folder / f"{name}.toml").write_text(preset.replace("[chat]", "[chat]\nstop_on_loop = false", 1))
+    return name
+
+
+# -- the app through Pilot -------------------------------------------------------------------------------------
+
+
+SIZE = (140, 45)  # the terminal the app tests run in
+
+
+async def wait_until(pilot, condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.05)
+
+
+async def ready(pilot) -> SpecchatApp:
+    app = pilot.app
+    await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+    return app
+
+
+async def ask(pilot, text: str) -> ReplyView:
+    app = pilot.app
+    prompt = app.query_one(PromptInput)
+    prompt.load_text(text)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.busy is None and app.last_reply is not None and app.last_reply.finish_reason)
+    return app.last_reply
+
+
+async def start_long_reply(pilot) -> None:
+    """Send a prompt with a long answer and wait until a few tokens of it are on screen."""
+    app = pilot.app
+    app.query_one(PromptInput).load_text("Write a very long story about a dragon and a knight.")
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.last_reply is not None and len(app.last_reply.segments) >= 8)
+
+
+def notices(app) -> list[str]:
+    """The notifications an app has shown and not yet dismissed. Textual has no public reader of them: this is the
+    one place that reaches into its private list."""
+    return [str(n.message) for n in app._notifications]
+
+
+def plain_text(widget) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(widget.content)
+    return console.export_text()
+
+
+# -- the REPL on a pipe ----------------------------------------------------------------------------------------
+
+
+CTRL_D = "\x04"
+
+
+def run_repl(settings: ReplSettings, *keys: str, during=None) -> tuple[Repl, str, str]:
+    """Type ``keys`` into a REPL (prompt-toolkit's pipe input) and run it until they end; returns the REPL, what it
+    drew on the terminal and what it wrote as plain text. Each further piece of ``keys`` is typed half a second after
+    the one before at the prompt, as a person would: a completion menu needs its moment to appear."""
+    terminal, text = io.StringIO(), io.StringIO()
+    output = Vt100_Output(terminal, lambda: Size(rows=30, columns=120), term="xterm-256color")
+    with create_pipe_input() as pipe:
+        pipe.send_text(keys[0])
+        repl = Repl(settings, input=pipe, output=output, text_out=text)
+
+        def type_the_rest() -> None:
+            for piece in keys[1:]:
+                while not repl.prompt.app.is_running:  # the profile is still loading
+                    time.sleep(0.05)
+                time.sleep(0.5)
+                pipe.send_text(piece)
+
+        threading.Thread(target=type_the_rest, daemon=True).start()
+        if during is not None:
+            threading.Thread(target=during, args=(repl,), daemon=True).start()
+        assert repl.run() == 0
+    return repl, terminal.getvalue(), text.getvalue()
+
+
+def signal_once_streaming(signum: int):
+    """What a terminal sends (Ctrl+C, a closed window), once the reply has streamed 8 segments."""
+    def send(repl: Repl) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            reply = repl.session.last_reply
+            if reply is not None and len(reply.segments) >= 8:
+                os.kill(os.getpid(), signum)
+                return
+            time.sleep(0.02)
+    return send
+
+
+# -- the command line ------------------------------------------------------------------------------------------
+
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``specchat`` as a user runs it; nothing is piped in unless ``stdin`` says what."""
+    return subprocess.run([sys.executable, "-m", "specchat", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})}, input=stdin if stdin is not None else "")
+
+
+def assert_one_clear_line(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert result.stdout == ""  # nothing was generated: no silent fallback to another mode
+
+
+# -- stored chats ----------------------------------------------------------------------------------------------
+
+
+def finished_reply(session: ChatSession, text: str) -> None:
+    """A reply of one token with ``text``, finished and saved, as its events would leave it."""
+    record = session.add_reply("t")
+    record.segments, record.tokens, record.finish_reason = [(text, "target")], [1], "stop"
+    session.reply_changed(record)

@@ -1,0 +1,79 @@
+"""How many tokens a step drafts, behind one small interface: fixed by the profile (``FixedLength``), or chosen step
+by step by ``n_max = "auto"`` (``adaptive.Adaptive``). A new draft-length policy is one class with this protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from ..drafters import Draft
+from ..loop import StepOutcome
+
+
+class DraftLength(Protocol):
+    @property
+    def k(self) -> int:
+        """The draft length chosen last (the sidebar's "draft length")."""
+        ...
+
+    @property
+    def active(self) -> bool:
+        """Whether it drafts at all now; ``reason`` says why not."""
+        ...
+
+    @property
+    def reason(self) -> str:
+        ...
+
+    def plan(self, limit: int) -> tuple[int, Callable[[Draft], int] | None]:
+        """The most draft tokens the next step may verify (at most ``limit``), and, for drafts whose length is chosen
+        after seeing them (copies), how far to verify one (from its match length, and its own ``survival``)."""
+        ...
+
+    def copy_length(self, match: int) -> int:
+        """The combined method: how far to verify a copy whose match reaches ``match`` tokens back."""
+        ...
+
+    def model_length(self) -> int:
+        """The combined method: how far the draft model drafts where nothing is copied."""
+        ...
+
+    def begin_reply(self) -> None:
+        ...
+
+    def observe(self, outcome: StepOutcome, depth: int, turned_down: Draft | None = None) -> None:
+        """Learn from a step verified at context depth ``depth`` (``turned_down``: the combined method's copy that was
+        not verified)."""
+        ...
+
+    def keep(self) -> None:
+        """Keep what was learned for the next process (at the end of each reply)."""
+        ...
+
+
+class FixedLength:
+    """``n_max`` tokens at every step (fewer where the step has less room)."""
+
+    active = True
+    reason = ""
+
+    def __init__(self, n_max: int) -> None:
+        self.k = n_max
+
+    def plan(self, limit: int) -> tuple[int, Callable[[Draft], int] | None]:
+        return min(self.k, limit), None
+
+    def copy_length(self, match: int) -> int:
+        return self.k
+
+    def model_length(self) -> int:
+        return self.k
+
+    def begin_reply(self) -> None:
+        """Nothing to learn."""
+
+    def observe(self, outcome: StepOutcome, depth: int, turned_down: Draft | None = None) -> None:
+        """Nothing to learn."""
+
+    def keep(self) -> None:
+        """Nothing to keep."""

@@ -1,0 +1,186 @@
+"""``n_max = "auto"`` for one configuration: its draft-length policies, the verify costs they learn from every step the
+engine times (``learned_costs``), and what is kept from one process to the next (``memory``).
+
+A configuration drafting with a model has an ``AutoDraftLength``; one copying earlier text has ``MatchHazards``; the
+combined method (``combined``) has both. ``Adaptive`` is a ``draft_length.DraftLength``, as a fixed ``n_max`` is.
+The policies decide; this feeds them what each step showed, adds the plain and the longer steps that keep the learned
+costs true, and keeps what was learned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..drafters import Draft
+from ..loop import StepOutcome
+from .auto import AutoDraftLength, MatchHazards, VerifyCost
+from .learned_costs import LearnedDraftCost, LearnedVerifyCost, moved
+from .memory import AutoMemory
+
+AUTO_K_MAX = {"draft": 16, "ngram": 64}  # longest draft "auto" considers: model drafts cost per token, n-grams not
+# A plain step now and then, when drafting never pauses: the plain step is what every draft is compared with, and
+# without timing one the learned costs cannot tell a machine that slowed everything from one that slowed big batches.
+# (One step in 32 gives up that step's gain: under 1 % of a 1.3× speed-up, about 2 % of a 3× one.)
+CALIBRATE_EVERY = 32
+REPRICE_EVERY = 8  # steps between looks at whether the learned costs moved enough to re-price the policies (~40 µs)
+# And one step in 16 drafts twice as long as planned, when the proposal allows and at least EXPLORE_FROM tokens were
+# planned: it times a size the policy would not choose, so a size the sweep made look too dear (a busy minute) is
+# found out; doubling climbs to the right one. (Near the best length the gain is flat: such a step loses a few per
+# cent of its gain, well under 1 % overall. A short planned draft is a doubtful one: doubling it would mostly waste.)
+EXPLORE_EVERY = 16
+EXPLORE_FACTOR = 2
+EXPLORE_FROM = 4
+
+
+def lengthened(k: int, step: int, k_max: int) -> int:
+    """The draft length of the step numbered ``step`` (from 0) whose policy planned ``k``: longer on an exploring
+    step, never beyond the policy's longest (``k_max``: within the sweep, and within the exact batches)."""
+    if k >= EXPLORE_FROM and step % EXPLORE_EVERY == EXPLORE_EVERY // 2:
+        return min(k * EXPLORE_FACTOR, k_max)
+    return k
+
+
+@dataclass
+class Adaptive:
+    costs: LearnedVerifyCost
+    hazards: MatchHazards | None  # n-gram drafts
+    acceptance: AutoDraftLength | None  # model drafts
+    draft_cost: LearnedDraftCost | None
+    memory: AutoMemory
+    key: str  # of the policies' state in the memory
+    costs_key: str  # of the learned costs', shared by every configuration of the same target and threads
+    priced: VerifyCost  # the curve the policies were last priced with
+    priced_draft: float = 0.0
+    model_drafted_last: bool = False  # the previous step verified a model draft (the draft model is caught up)
+    since_plain: int = 0  # steps since the last plain one
+    steps: int = 0  # steps learned from
+
+    @classmethod
+    def open(cls, costs: LearnedVerifyCost, copies: bool, k_max: dict[str, int], draft_cost: float | None,
+             memory: AutoMemory, key: str, costs_key: str, depth: int) -> Adaptive:
+        """The policies for a method's drafts — n-gram hazards for one that ``copies``, the draft model's acceptance
+        for one with a ``draft_cost`` — taking up what an earlier process kept."""
+        costs.restore(memory.recall(costs_key))
+        kept = memory.recall(key)
+        state = kept if isinstance(kept, dict) else {}
+        priced = costs.at(depth)
+        hazards = MatchHazards(priced, k_max["ngram"]) if copies else None
+        if hazards is not None:
+            hazards.restore(state.get("hazards"))
+        learned_draft = acceptance = None
+        if draft_cost is not None:
+            learned_draft = LearnedDraftCost(draft_cost)
+            learned_draft.restore(state.get("draft cost"))
+            acceptance = AutoDraftLength(priced, learned_draft.seconds, k_max["draft"])
+            acceptance.restore(state.get("acceptance"))
+        return cls(costs, hazards, acceptance, learned_draft, memory, key, costs_key, priced,
+                   learned_draft.seconds if learned_draft is not None else 0.0)
+
+    @property
+    def calibrating(self) -> bool:
+        """The next step should be plain (``CALIBRATE_EVERY``)."""
+        return self.since_plain >= CALIBRATE_EVERY - 1
+
+    def lengthen(self, k: int, policy: MatchHazards | AutoDraftLength) -> int:
+        """``policy``'s planned draft length ``k``, or longer on an exploring step."""
+        return lengthened(k, self.steps, policy.k_max)
+
+    def plan(self, limit: int) -> tuple[int, Callable[[Draft], int] | None]:
+        """``draft_length.DraftLength.plan``: a plain step when calibrating; an n-gram copy's length chosen once it is
+        proposed; a model draft's from the acceptance seen."""
+        if self.calibrating:
+            return 0, None
+        hazards = self.hazards
+        if hazards is not None:  # (the combined method asks the draft model's policy itself when it does not copy)
+            return limit, lambda draft: min(self.lengthen(hazards.plan(draft.match, draft.survival), hazards),
+                                            hazards.cap, limit)
+        return min(self.model_length(), limit), None
+
+    def copy_length(self, match: int) -> int:
+        assert self.hazards is not None
+        return self.hazards.plan(match)
+
+    def model_length(self) -> int:
+        acceptance = self.acceptance
+        assert acceptance is not None
+        return self.lengthen(acceptance.plan(), acceptance)
+
+    def begin_reply(self) -> None:
+        """A new reply: the draft model has the new user turn to read before its first draft (not a caught-up one),
+        and copies start short again (``auto.SLOW_START``)."""
+        self.model_drafted_last = False
+        if self.hazards is not None:
+            self.hazards.begin_reply()
+
+    @property
+    def k(self) -> int:
+        """The draft length chosen last: the copy's, or the draft model's when it drafted last (combined method)."""
+        if self.hazards is not None and (self.acceptance is None or not self.model_drafted_last):
+            return self.hazards.k
+        assert self.acceptance is not None
+        return self.acceptance.k
+
+    @property
+    def active(self) -> bool:
+        return any(p.active for p in (self.hazards, self.acceptance) if p is not None)
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(p.reason for p in (self.hazards, self.acceptance) if p is not None and p.reason)
+
+    def observe(self, outcome: StepOutcome, depth: int, turned_down: Draft | None = None) -> None:
+        """Learn from a finished step verified at a context depth of ``depth``. ``turned_down``: in the combined
+        method, the copy of a step that verified a model draft or none instead (judged against what the target chose,
+        at its own match length)."""
+        self.costs.observe(outcome.drafted + 1, depth, outcome.t_batch)
+        self.since_plain = 0 if outcome.drafted == 0 else self.since_plain + 1
+        self.steps += 1
+        by_model = outcome.drafted > 0 and not outcome.draft.from_text
+        if self.draft_cost is not None and by_model and self.model_drafted_last:
+            self.draft_cost.observe(outcome.drafted, outcome.t_draft)
+        self.model_drafted_last = by_model
+        if self.hazards is not None:
+            if turned_down is not None:
+                self.hazards.observe(turned_down.match, judged_against(turned_down.tokens, outcome))
+            elif by_model:
+                self.hazards.observe(0, [])  # nothing copied was judged: only the fading
+            else:
+                self.hazards.observe(outcome.match, outcome.judgements())
+        if self.acceptance is not None:
+            self.acceptance.observe(outcome.drafted if by_model else 0, outcome.n_accepted if by_model else 0)
+        self._reprice(depth)
+
+    def _reprice(self, depth: int) -> None:
+        if self.steps % REPRICE_EVERY:
+            return
+        curve = self.costs.at(depth)
+        draft = self.draft_cost.seconds if self.draft_cost is not None else 0.0
+        if not moved(self.priced, curve) and abs(draft - self.priced_draft) <= 0.03 * max(self.priced_draft, 1e-9):
+            return
+        self.priced, self.priced_draft = curve, draft
+        if self.hazards is not None:
+            self.hazards.reprice(curve)
+        if self.acceptance is not None:
+            self.acceptance.reprice(curve, draft)
+
+    def keep(self) -> None:
+        """Write what was learned to the memory (at the end of each reply)."""
+        state: dict[str, object] = {}
+        if self.hazards is not None:
+            state["hazards"] = self.hazards.state()
+        if self.acceptance is not None and self.draft_cost is not None:
+            state["acceptance"] = self.acceptance.state()
+            state["draft cost"] = self.draft_cost.state()
+        self.memory.keep({self.key: state, self.costs_key: self.costs.state()})
+
+
+def judged_against(proposal: Sequence[int], outcome: StepOutcome) -> list[bool]:
+    """Position by position, whether ``proposal`` was what the target chose in this step (up to its first miss)."""
+    chosen = list(outcome.accepted) + ([outcome.token] if outcome.token is not None else [])
+    judged = []
+    for proposed, token in zip(proposal, chosen):
+        judged.append(proposed == token)
+        if proposed != token:
+            break
+    return judged

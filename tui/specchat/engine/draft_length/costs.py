@@ -1,0 +1,161 @@
+"""What the target's verify batches cost, and up to which size they are exact, measured once per model, threads and
+backend, and kept in the user cache.
+
+A sweep decodes dummy batches of growing size at the end of the cache and removes them again (about a second on the
+bundled model). It also decodes the same tokens one at a time: a batch whose logits differ from those in any bit can
+flip a greedy choice, and llama.cpp's CPU backend can compute larger batches with other kernels (on SmolLM2-135M
+Q4_1, 2 threads, f16 KV cache: identical up to 63 rows, logits up to 1.3 apart at 64, where its attention switches to
+tiles; with the q8_0 cache the engine uses by default, identical up to 65, the largest size tried). The engine
+verifies no more than the largest exact batch. The cache is a JSON file; an entry that is unreadable, impossible or
+older than ``MAX_AGE_S`` is measured again, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from time import perf_counter
+
+import numpy as np
+
+from ..llama import Context
+from .auto import VerifyCost
+
+SIZES = (1, 2, 4, 8, 16, 32, 48, 63, 64)
+REPEATS_SMALL = 3  # batches up to this size are cheap: take the fastest of a few, the machine is noisy
+SMALL = 4
+MAX_AGE_S = 7 * 24 * 3600
+
+
+def sizes_up_to(largest: int) -> tuple[int, ...]:
+    """The sweep's batch sizes up to ``largest``, which is always included."""
+    return tuple(sorted({b for b in SIZES if b < largest} | {largest}))
+
+
+def measure_verify_cost(ctx: Context, token: int, sizes: tuple[int, ...] = SIZES) -> VerifyCost:
+    """Seconds of a verify batch of each size (logits on every row), measured at the end of the cache and undone,
+    and the largest size up to which every measured batch reproduces one-at-a-time decoding exactly."""
+    keep = len(ctx.cached)
+    sizes = tuple(b for b in sizes if keep + b <= ctx.n_ctx and b <= ctx.n_batch) or (1,)
+    reference = []
+    for _ in range(max(sizes)):  # one token at a time: what every batch must reproduce
+        ctx.decode([token])
+        reference.append(ctx.logits()[-1].copy())
+    ctx.truncate(keep)
+    seconds, exact, still_exact = [], 1, True
+    for b in sizes:
+        best = math.inf
+        for repeat in range(REPEATS_SMALL if b <= SMALL else 1):
+            start = perf_counter()
+            ctx.decode([token] * b, all_logits=True)
+            rows = ctx.logits()
+            best = min(best, perf_counter() - start)
+            if repeat == 0:
+                still_exact = still_exact and np.array_equal(rows, np.stack(reference[:b]))
+            ctx.truncate(keep)
+        seconds.append(best)
+        if still_exact:
+            exact = b
+    # A larger batch never costs less than a smaller one; timer noise can say otherwise at the smallest sizes.
+    for i in range(1, len(seconds)):
+        seconds[i] = max(seconds[i], seconds[i - 1])
+    return VerifyCost(sizes, tuple(seconds), exact)
+
+
+SLOPE_DEPTH = 512  # the context depth a plain step is timed at, against an empty cache
+SLOPE_STEPS = 16
+
+
+def measure_depth_slope(ctx: Context, token: int, depth: int = SLOPE_DEPTH) -> float | None:
+    """Seconds a plain decode step gains per token of context: one-token decodes timed at the end of the cache and
+    ``depth`` tokens further on (attention costs the same whatever the tokens say), the median of each. The cache is
+    left as it was (a conversation measured mid-chat is not decoded again); None when it has no room for the run."""
+    keep = len(ctx.cached)
+    depth = min(depth, ctx.n_ctx // 2, ctx.n_ctx - keep - 2 * SLOPE_STEPS - 1)
+    if depth < 1:
+        return None
+
+    def step_time() -> float:
+        times = []
+        for _ in range(SLOPE_STEPS):
+            start = perf_counter()
+            ctx.decode([token])
+            ctx.logits()
+            times.append(perf_counter() - start)
+        ctx.truncate(len(ctx.cached) - SLOPE_STEPS)
+        return float(np.median(times))
+
+    shallow = step_time()
+    ctx.decode([token] * depth)
+    deep = step_time()
+    ctx.truncate(keep)
+    return max(deep - shallow, 0.0) / depth
+
+
+class CostCache:
+    def __init__(self, path: Path, max_age_s: float = MAX_AGE_S) -> None:
+        self.path, self.max_age_s = path, max_age_s
+
+    def get(self, key: str, measure: Callable[[], VerifyCost]) -> VerifyCost:
+        entries = self._read()
+        cost = self._valid(entries.get(key))
+        if cost is not None:
+            return cost
+        cost = measure()
+        entries[key] = {"sizes": list(cost.sizes), "seconds": list(cost.seconds), "exact": cost.exact,
+                        "measured": time.time()}
+        self._write(entries)
+        return cost
+
+    def get_slope(self, key: str, measure: Callable[[], float | None]) -> float:
+        """Seconds per token of context (``measure_depth_slope``), cached like the sweep; 0 (not cached) when it could
+        not be measured."""
+        entries = self._read()
+        entry = entries.get(key)
+        try:
+            fresh = 0 <= time.time() - float(entry["measured"]) <= self.max_age_s
+            slope = float(entry["slope"])
+            if fresh and math.isfinite(slope) and 0 <= slope < 0.01:
+                return slope
+        except (TypeError, ValueError, KeyError):
+            pass
+        slope = measure()
+        if slope is None:
+            return 0.0
+        entries[key] = {"slope": slope, "measured": time.time()}
+        self._write(entries)
+        return slope
+
+    def _read(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _valid(self, entry: object) -> VerifyCost | None:
+        if not isinstance(entry, dict):
+            return None
+        sizes, seconds, exact, measured = (entry.get(k) for k in ("sizes", "seconds", "exact", "measured"))
+        try:
+            fresh = 0 <= time.time() - float(measured) <= self.max_age_s
+            sane = (len(sizes) == len(seconds) > 0 and all(isinstance(b, int) and b > 0 for b in sizes)
+                    and list(sizes) == sorted(set(sizes))
+                    and all(isinstance(s, float) and 0 < s < 60 and math.isfinite(s) for s in seconds)
+                    and isinstance(exact, int) and 1 <= exact <= sizes[-1])
+        except (TypeError, ValueError):
+            return None
+        return VerifyCost(tuple(sizes), tuple(seconds), exact) if fresh and sane else None
+
+    def _write(self, entries: dict) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entries, indent=1))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # an unwritable cache only means measuring again next time
