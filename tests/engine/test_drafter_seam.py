@@ -1,6 +1,6 @@
-"""A new drafter is one module (README: "Adding a drafter"): a module dropped into ``engine/drafters/`` that defines
-``METHOD`` is a method profiles name, ``specchat ask --method`` offers and the engine runs, with greedy output equal to
-plain decoding and counters that add up — nothing else edited. The module goes into a copy of the package, run in its
+"""A new drafter is one module (docs/extending.md: "Adding a drafter"): a module dropped into ``engine/drafters/``
+that defines ``METHOD`` is a method profiles name, ``specchat ask --method`` offers and the engine runs, with greedy
+output equal to plain decoding and counters that add up — nothing else edited. The module goes into a copy of the package, run in its
 own process, so the source tree is not touched."""
 
 from __future__ import annotations

@@ -7,12 +7,11 @@ capabilities below, never its name."""
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..discovery import declared_in
 from ..engine.engine_config import Runner
 from ..errors import ConfigError
 
@@ -51,15 +50,7 @@ class BackendKind:
 def backend_kinds() -> dict[str, BackendKind]:
     """Every kind, found among this package's modules, in the order lists and errors name them (``local`` first). Found
     on first use rather than on import: the modules that define them import the configuration this one validates."""
-    package = importlib.import_module(__package__ or "specchat.backends")
-    found = []
-    for module in pkgutil.iter_modules(package.__path__):
-        kind = getattr(importlib.import_module(f"{package.__name__}.{module.name}"), "KIND", None)
-        if isinstance(kind, BackendKind):
-            found.append(kind)
-    names = [kind.name for kind in found]
-    if len(set(names)) != len(names):
-        raise ImportError(f"two backend modules name the same kind: {sorted(names)}")
+    found = declared_in(__name__.rpartition(".")[0], "KIND", BackendKind, lambda kind: kind.name, "backend")
     order = sorted(found, key=lambda kind: (not kind.runs_engine, not kind.starts_process, kind.name))
     return {kind.name: kind for kind in order}
 

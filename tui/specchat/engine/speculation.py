@@ -2,7 +2,7 @@
 
 ``Speculation.configure`` sets it up for an engine's configuration and loaded models, again whenever the method,
 sampling or a model changes. The drafter is the one the method's module builds (``drafters.METHODS``: a new drafter is
-one module of ``drafters/``, README: "Adding a drafter"); a new draft-length policy is one class with the
+one module of ``drafters/``, docs/extending.md: "Adding a drafter"); a new draft-length policy is one class with the
 ``draft_length.DraftLength`` protocol, chosen in ``configure``.
 """
 
