@@ -17,9 +17,10 @@ how far back its match reaches; see below.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -204,17 +205,25 @@ class MatchHazards:
     the k that maximises E(k) / verify(k + 1), or none when that is not clearly faster than a plain step. Proposing
     costs nothing, so a plain step judges the proposal too (was its first token the target's?), and so does the token
     after a fully accepted draft: every class keeps learning without drafts spent on probing.
+
+    This runs on every step, right after the target's decode has pushed everything else out of the CPU's caches, where
+    each numpy call on these few numbers cost 5–10 µs: as numpy it took 60–150 µs a step, beside as much for the
+    learned costs (docs/benchmarks.md, ``benchmarks/engine_overhead.py --method ngram``). So it is plain Python on
+    lists, what a step needs is computed when it is asked for, and a length's scan stops once no longer draft can do
+    better (``_scan``).
     """
 
     def __init__(self, verify: VerifyCost, k_max: int) -> None:
         self.k_max = k_max
-        self.edges = np.array([shortest for shortest, _ in HAZARD_CLASSES])
-        self.prior = np.array([(1 - h, h) for _, h in HAZARD_CLASSES]) * HAZARD_PRIOR_WEIGHT
-        self.evidence = np.zeros_like(self.prior)  # right and wrong judgements per class, faded
+        self.edges = [shortest for shortest, _ in HAZARD_CLASSES]
+        self._prior = [((1 - h) * HAZARD_PRIOR_WEIGHT, h * HAZARD_PRIOR_WEIGHT) for _, h in HAZARD_CLASSES]
+        self._evidence = [[0.0, 0.0] for _ in HAZARD_CLASSES]  # right and wrong judgements per class, faded
         # The class of every effective match length a draft can reach (longer ones are the last class's).
-        self._class_of = np.searchsorted(self.edges, np.arange(self.edges[-1] + k_max + 1), side="right") - 1
+        self._class_of = [bisect_right(self.edges, m) - 1 for m in range(self.edges[-1] + k_max + 1)]
         self.k = 0  # the length chosen last
         self.cap = SLOW_START  # the longest draft this reply has earned (SLOW_START)
+        self._hazards: list[float] | None = None  # derived from the evidence when asked for (``_changed``)
+        self._active: bool | None = None
         self._price(verify)
 
     def reprice(self, verify: VerifyCost) -> bool:
@@ -224,13 +233,26 @@ class MatchHazards:
         return self.active != was
 
     def _price(self, verify: VerifyCost) -> None:
-        # Speed of a k-token draft yielding one token, relative to plain decoding, for k = 0 … k_max.
-        self._per_token = verify(1) / np.array([verify(k + 1) for k in range(self.k_max + 1)])
-        self._refresh()
+        # Speed of a k-token draft yielding one token, relative to plain decoding, for k = 0 … k_max; and the best of
+        # it from k on, which bounds what a longer draft could still gain.
+        plain = verify(1)
+        self._per_token = [plain / verify(k + 1) for k in range(self.k_max + 1)]
+        self._best_from = list(accumulate(reversed(self._per_token), max))[::-1]
+        self._changed()
+
+    @property
+    def evidence(self) -> np.ndarray:
+        """Right and wrong judgements per class, faded (a copy)."""
+        return np.array(self._evidence)
 
     def hazards(self) -> np.ndarray:
-        right, wrong = (self.prior + self.evidence).T
-        return wrong / (right + wrong)
+        return np.array(self._hazard_list())
+
+    def _hazard_list(self) -> list[float]:
+        if self._hazards is None:
+            self._hazards = [(p_wrong + wrong) / (p_right + right + p_wrong + wrong)
+                             for (p_right, p_wrong), (right, wrong) in zip(self._prior, self._evidence)]
+        return self._hazards
 
     def best(self, match: int, longest: int | None = None,
              survival: Sequence[float] | None = None) -> tuple[int, float]:
@@ -238,19 +260,30 @@ class MatchHazards:
         and that speed-up. ``survival``: the drafter's own estimate of the chance that its first 1, 2, … tokens are all
         right (a copy scored by how often earlier text went on that way); the lower of it and the hazards' holds, and
         the draft is no longer than it."""
-        # Hazards are constant beyond the longest class, so a longer match drafts as that class does.
-        start = min(match, int(self.edges[-1]))
-        if survival is None:
-            gains = self._gains_from(np.array([start]))[0]
-        else:
-            n = min(len(survival), self.k_max)
-            log_s = self._log_survival
-            by_hazards = np.exp(log_s[start + 1: start + n + 1] - log_s[start])
-            held = np.minimum(by_hazards, np.asarray(survival[:n], dtype=float))
-            gains = (1 + np.concatenate(([0.0], np.cumsum(held)))) * self._per_token[: n + 1]
-        gains = gains[: None if longest is None else longest + 1]
-        k = int(np.argmax(gains))
-        return k, float(gains[k])
+        n = self.k_max if survival is None else min(len(survival), self.k_max)
+        return self._scan(match, n if longest is None else min(n, longest), survival)
+
+    def _scan(self, match: int, n: int, survival: Sequence[float] | None = None,
+              enough: float | None = None) -> tuple[int, float]:
+        """The best of drafts of 0 … ``n`` tokens from ``match``, stopping early once one reaches ``enough`` or once
+        no longer one can beat the best so far (each later token adds at most the survival reached, and a token's
+        speed is at most ``_best_from``): the same answer as scanning every length."""
+        hazards, class_of, per_token, best_from = self._hazard_list(), self._class_of, self._per_token, self._best_from
+        start = min(match, self.edges[-1])  # hazards are constant beyond the longest class
+        alive, expected = 1.0, 1.0
+        best_k, best_gain = 0, per_token[0]
+        for j in range(1, n + 1):
+            alive *= 1 - hazards[class_of[start + j - 1]]
+            expected += alive if survival is None else min(alive, survival[j - 1])
+            gain = expected * per_token[j]
+            if gain > best_gain:
+                best_k, best_gain = j, gain
+                if enough is not None and gain >= enough:
+                    break
+            bound = (expected + alive * (n - j)) * (best_from[j + 1] if j < n else 0.0)
+            if bound <= best_gain or (enough is not None and bound < enough):
+                break
+        return best_k, best_gain
 
     def plan(self, match: int, survival: Sequence[float] | None = None) -> int:
         """How many tokens of a draft whose text before it matched ``match`` tokens to verify (``survival``: see
@@ -263,27 +296,32 @@ class MatchHazards:
         """A new reply earns its long drafts again (SLOW_START) and weighs earlier replies' judgements as a prior
         (CARRIED_JUDGEMENTS per class), not as its own."""
         self.cap = SLOW_START
-        totals = self.evidence.sum(axis=1, keepdims=True)
-        self.evidence *= np.minimum(1.0, CARRIED_JUDGEMENTS / np.maximum(totals, 1e-12))
-        self._refresh()
+        for pair in self._evidence:
+            scale = min(1.0, CARRIED_JUDGEMENTS / max(pair[0] + pair[1], 1e-12))
+            pair[0] *= scale
+            pair[1] *= scale
+        self._changed()
 
     def observe(self, match: int, judged: Sequence[bool]) -> bool:
         """Learn from a step: ``judged`` says, position by position from the first proposed token, whether the
         proposal was the target's token. Returns True when speculation switched on or off."""
         was = self.active
-        self.evidence *= 1 - 1 / HAZARD_MEMORY
-        last = len(self._class_of) - 1
+        fade = 1 - 1 / HAZARD_MEMORY
+        for pair in self._evidence:
+            pair[0] *= fade
+            pair[1] *= fade
+        class_of, last = self._class_of, len(self._class_of) - 1
         run = 0
-        for i, right in enumerate(judged):  # a few positions: a loop costs less than numpy's scatter here
-            self.evidence[self._class_of[min(match + i, last)], 0 if right else 1] += 1.0
+        for i, right in enumerate(judged):
+            self._evidence[class_of[min(match + i, last)]][0 if right else 1] += 1.0
             run = run + 1 if right and run == i else run
         self.cap = max(self.cap, 2 * run)
-        self._refresh()
+        self._changed()
         return self.active != was
 
     def state(self) -> dict:
-        """What was learned, for ``memory``: right and wrong judgements per match class."""
-        return {"classes": [int(e) for e in self.edges], "evidence": self.evidence.tolist()}
+        """What was learned, for ``memory``: right and wrong judgements per class."""
+        return {"classes": list(self.edges), "evidence": [list(pair) for pair in self._evidence]}
 
     def restore(self, state: object) -> bool:
         """Take up what an earlier process learned, if it is for the same classes and sane; returns whether it was."""
@@ -291,36 +329,31 @@ class MatchHazards:
             classes, evidence = list(state["classes"]), np.array(state["evidence"], dtype=float)  # type: ignore[index]
         except (TypeError, KeyError, ValueError):
             return False
-        if (classes != self.edges.tolist() or evidence.shape != self.evidence.shape
+        if (classes != self.edges or evidence.shape != (len(self.edges), 2)
                 or not np.all(np.isfinite(evidence)) or not np.all((evidence >= 0) & (evidence <= HAZARD_MEMORY * 1024))):
             return False
-        self.evidence = evidence
-        self._refresh()
+        self._evidence = evidence.tolist()
+        self._changed()
         return True
 
-    def _refresh(self) -> None:
-        # log_survival[n] = log P(copied tokens at effective matches 0 … n - 1 all right); a draft from match m
-        # reads it from m on.
-        log_right = np.log1p(-np.minimum(self.hazards()[self._class_of], 1 - 1e-12))
-        self._log_survival = np.concatenate(([0.0], np.cumsum(log_right)))
-        self._gains = self._gains_from(self.edges).max(axis=1)  # the best of a draft from each class's shortest match
-
-    def _gains_from(self, starts: np.ndarray) -> np.ndarray:
-        """Expected speed-up of drafts of 0 … k_max tokens from each match in ``starts``, one row per start."""
-        log_s = self._log_survival
-        survival = np.exp(log_s[starts[:, None] + np.arange(1, self.k_max + 1)] - log_s[starts][:, None])
-        expected = 1 + np.concatenate((np.zeros((len(starts), 1)), np.cumsum(survival, axis=1)), axis=1)
-        return expected * self._per_token
+    def _changed(self) -> None:
+        """The evidence or the costs moved: what was derived from them is derived again when next asked for."""
+        self._hazards = None
+        self._active = None
 
     @property
     def active(self) -> bool:
-        """Some match length would be drafted."""
-        return bool(self._gains.max() >= DRAFT_ABOVE)
+        """Some match length would be drafted (the longest matches, the likeliest to, are tried first)."""
+        if self._active is None:
+            self._active = any(self._scan(start, self.k_max, enough=DRAFT_ABOVE)[1] >= DRAFT_ABOVE
+                               for start in reversed(self.edges))
+        return self._active
 
     @property
     def reason(self) -> str:
         if self.active:
             return ""
         longest = self.edges[-1]
-        return (f"auto: no match length expected to win (even {longest}+ token matches: {self._gains[-1]:.2f}× plain"
-                f" decoding, {self.hazards()[-1]:.0%} of their copied tokens wrong)")
+        return (f"auto: no match length expected to win (even {longest}+ token matches:"
+                f" {self.best(longest)[1]:.2f}× plain decoding, {self._hazard_list()[-1]:.0%} of their copied tokens"
+                " wrong)")

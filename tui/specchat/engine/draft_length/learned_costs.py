@@ -18,6 +18,9 @@ is corrected with its neighbours. The exactness cap stays the sweep's: it is mea
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from itertools import accumulate
 
 import numpy as np
 
@@ -31,61 +34,101 @@ REPRICE_ABOVE = 0.03  # a policy is re-priced when some size's estimate moved by
 
 
 class LearnedVerifyCost:
+    """The verify costs as learned. Every step times a verify, right after the target's decode has pushed everything
+    else out of the CPU's caches, where numpy calls on these few numbers cost 5–10 µs each (learning took 60–150 µs a
+    step as numpy): so the learning is plain Python on lists, and a verify timed is learned from when the costs are
+    next read (every few steps, ``adaptive.REPRICE_EVERY``), in a row, with the same result as one at a time."""
+
     def __init__(self, sweep: VerifyCost, depth_slope: float = 0.0) -> None:
         self.sweep, self.depth_slope = sweep, depth_slope
-        self._sizes = np.array(sweep.sizes, dtype=float)
-        self._swept = per_row_capped(self._sizes, np.array(sweep.seconds, dtype=float))
-        self.correction = np.zeros(len(sweep.sizes))  # per swept size: log(timed / swept), a running mean
-        self.weight = np.zeros(len(sweep.sizes))  # timed verifies behind each correction, at most LEARN_STEPS
-        self.timed = 0  # verifies learned from
+        sizes = np.array(sweep.sizes, dtype=float)
+        self._swept_list = per_row_capped(sizes, np.array(sweep.seconds, dtype=float)).tolist()
+        self._log_sizes = [math.log(size) for size in sweep.sizes]
+        self._correction = [0.0] * len(sweep.sizes)  # per swept size: log(timed / swept), a running mean
+        self._weight = [0.0] * len(sweep.sizes)  # timed verifies behind each correction, at most LEARN_STEPS
+        self._timed = 0
+        self._pending: list[tuple[int, int, float]] = []  # verifies timed, not learned from yet
+
+    @property
+    def correction(self) -> np.ndarray:
+        """Per swept size: log(timed / swept), a running mean."""
+        self._learn_pending()
+        return np.array(self._correction)
+
+    @property
+    def weight(self) -> np.ndarray:
+        """Timed verifies behind each correction, at most LEARN_STEPS."""
+        self._learn_pending()
+        return np.array(self._weight)
+
+    @property
+    def timed(self) -> int:
+        """Verifies learned from."""
+        self._learn_pending()
+        return self._timed
 
     def corrections(self) -> np.ndarray:
         """The log-correction at every swept size: its own where it was timed, the line's elsewhere."""
-        w, c = self.weight, self.correction
-        total = w.sum()
-        if total == 0:
-            return np.zeros_like(c)
-        x = np.log(self._sizes)
-        x_mean, c_mean = (w * x).sum() / total, (w * c).sum() / total
-        slope = (w * (x - x_mean) * (c - c_mean)).sum() / ((w * (x - x_mean) ** 2).sum() + LINE_PRIOR)
-        line = c_mean + slope * (x - x_mean)
-        return line + w / (w + OWN_WEIGHT) * (c - line)
+        self._learn_pending()
+        return np.array(self._corrections())
 
-    def base(self) -> np.ndarray:
+    def _corrections(self) -> list[float]:
+        w, c, x = self._weight, self._correction, self._log_sizes
+        total = sum(w)
+        if total == 0:
+            return [0.0] * len(c)
+        x_mean = sum(wi * xi for wi, xi in zip(w, x)) / total
+        c_mean = sum(wi * ci for wi, ci in zip(w, c)) / total
+        slope = (sum(wi * (xi - x_mean) * (ci - c_mean) for wi, xi, ci in zip(w, x, c))
+                 / (sum(wi * (xi - x_mean) ** 2 for wi, xi in zip(w, x)) + LINE_PRIOR))
+        line = [c_mean + slope * (xi - x_mean) for xi in x]
+        return [li + wi / (wi + OWN_WEIGHT) * (ci - li) for li, wi, ci in zip(line, w, c)]
+
+    def base(self) -> list[float]:
         """Seconds of a verify of each swept size with no context to attend to, as learned so far."""
-        return self._swept * np.exp(self.corrections())
+        self._learn_pending()
+        return [swept * math.exp(c) for swept, c in zip(self._swept_list, self._corrections())]
 
     def at(self, depth: int) -> VerifyCost:
-        """The cost curve at a context depth of ``depth`` tokens, for the draft-length policies."""
-        seconds = np.maximum.accumulate(self.base() + self.depth_slope * self._sizes * max(depth, 0))
-        return VerifyCost(self.sweep.sizes, tuple(float(s) for s in seconds), self.sweep.exact)
+        """The cost curve at a context depth of ``depth`` tokens, for the draft-length policies (never cheaper for
+        more rows)."""
+        slope = self.depth_slope * max(depth, 0)
+        seconds = accumulate((b + slope * size for b, size in zip(self.base(), self.sweep.sizes)), max)
+        return VerifyCost(self.sweep.sizes, tuple(seconds), self.sweep.exact)
 
     def observe(self, rows: int, depth: int, seconds: float) -> None:
-        """Learn from a verify of ``rows`` rows at a context depth of ``depth`` that took ``seconds``."""
-        if rows < 1 or not (math.isfinite(seconds) and seconds > 0):
-            return
+        """Learn from a verify of ``rows`` rows at a context depth of ``depth`` that took ``seconds`` (when the costs
+        are next read)."""
+        if rows >= 1 and math.isfinite(seconds) and seconds > 0:
+            self._pending.append((rows, depth, seconds))
+
+    def _learn_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for rows, depth, seconds in pending:
+            self._learn(rows, depth, seconds)
+
+    def _learn(self, rows: int, depth: int, seconds: float) -> None:
         base = max(seconds - self.depth_slope * rows * max(depth, 0), 0.1 * seconds)
         sizes = self.sweep.sizes
         # The timed batch lies between two swept sizes: each learns in proportion to how near it is.
-        hi = min(int(np.searchsorted(self._sizes, rows)), len(sizes) - 1)
+        hi = min(bisect_left(sizes, rows), len(sizes) - 1)
         lo = max(hi - 1, 0) if sizes[hi] != rows else hi
         if lo == hi or rows >= sizes[-1]:
             shares = {hi: 1.0}
         else:
             f = (rows - sizes[lo]) / (sizes[hi] - sizes[lo])
             shares = {lo: 1 - f, hi: f}
-        swept = float(np.interp(rows, self._sizes, self._swept))
-        believed = self.corrections()
-        estimate = float(np.interp(rows, self._sizes, believed))
+        believed = self._corrections()
+        swept, estimate = interpolate(rows, sizes, self._swept_list), interpolate(rows, sizes, believed)
         error = min(max(math.log(base / swept) - estimate, -CLIP), CLIP)
         # Each of the two sizes moves in proportion to its share, so the estimate at ``rows`` itself moves by about
         # error / weight: about a running mean over the last LEARN_STEPS verifies, wherever between sizes they fall.
         norm = sum(share * share for share in shares.values())
         for i, share in shares.items():
-            weight = min(self.weight[i] + share, LEARN_STEPS)
-            self.correction[i] = believed[i] + share * error / (weight * norm)
-            self.weight[i] = weight
-        self.timed += 1
+            weight = min(self._weight[i] + share, LEARN_STEPS)
+            self._correction[i] = believed[i] + share * error / (weight * norm)
+            self._weight[i] = weight
+        self._timed += 1
 
     def state(self) -> dict:
         """What was learned, for ``memory``."""
@@ -106,8 +149,20 @@ class LearnedVerifyCost:
                 or weight.shape != self.weight.shape or not np.all(np.isfinite(correction))
                 or not np.all(np.abs(correction) <= 5) or not np.all((weight >= 0) & (weight <= LEARN_STEPS))):
             return False
-        self.correction, self.weight = correction, weight
+        self._pending.clear()
+        self._correction, self._weight = correction.tolist(), weight.tolist()
         return True
+
+
+def interpolate(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
+    """``numpy.interp`` for one point: linear between the sizes around ``x``, the end values beyond them."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect_right(xs, x)
+    f = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+    return ys[i - 1] + f * (ys[i] - ys[i - 1])
 
 
 def per_row_capped(sizes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
@@ -121,9 +176,10 @@ def per_row_capped(sizes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
 def moved(before: VerifyCost, after: VerifyCost) -> bool:
     """Whether some size's cost moved by more than ``REPRICE_ABOVE`` relative to the plain step, or the plain step
     itself by more than 10 % (what a model draft's cost is weighed against)."""
-    a = np.array(before.seconds) / before.seconds[0]
-    b = np.array(after.seconds) / after.seconds[0]
-    return bool(np.max(np.abs(b / a - 1)) > REPRICE_ABOVE) or abs(after.seconds[0] / before.seconds[0] - 1) > 0.1
+    plain_before, plain_after = before.seconds[0], after.seconds[0]
+    return (any(abs((b / plain_after) / (a / plain_before) - 1) > REPRICE_ABOVE
+                for a, b in zip(before.seconds, after.seconds))
+            or abs(plain_after / plain_before - 1) > 0.1)
 
 
 class LearnedDraftCost:
