@@ -3,9 +3,9 @@
 Runs alternately, on the same target and threads: (a) a bare greedy loop over llama-cpp-python's low-level API
 (decode one token, argmax, repeat — no events, no bookkeeping) and (b) ``Engine.reply`` with method ``none``.
 Optionally also llama.cpp's own ``llama-bench`` (tg) when given with --llama-bench. Prints medians and the ratio.
-``--method ngram`` adds (c) ``Engine.reply`` with that method (``n_max = "auto"``) on the same free text, where copies
-rarely pay: what its steps cost in Python beyond plain decoding's — proposing, choosing a length, learning — and its
-decode rate against (b) in the same repetition.
+``--method ngram`` adds (c) ``Engine.reply`` with that method (``n_max = "auto"``, the embedded draft model where it
+reads one) on the same free text, where copies rarely pay: what its steps cost in Python beyond plain decoding's —
+proposing, choosing a length, learning — and its decode rate against (b) in the same repetition.
 
     python benchmarks/engine_overhead.py [--tokens 128] [--repeat 5] [--threads 2] [--llama-bench PATH] [--method M]
 """
@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 from specchat.engine.core import Engine
+from specchat.engine.drafters import METHODS
 from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.events import ReplyFinished
 from specchat.engine.llama import Context, Model
@@ -78,7 +79,10 @@ def main() -> None:
     config = EngineConfig(target=ModelSettings(path, threads=args.threads), spec=SpecConfig("none"))
     model = Model(path)
     prompt = model.tokenize(PROMPT, add_special=True)
-    speculating = replace(config, spec=SpecConfig(args.method, n_max="auto")) if args.method else None
+    speculating = None
+    if args.method:  # a method that reads a draft model gets the embedded draft, which "auto" may keep off
+        draft = ModelSettings(embedded.draft_path(), threads=args.threads) if METHODS[args.method].draft_model else None
+        speculating = replace(config, draft=draft, spec=SpecConfig(args.method, n_max="auto"))
     bare, eng, overhead, native, spec_tps, spec_overhead = [], [], [], [], [], []
     engine_run(config, 16)  # warm-up
     if speculating is not None:

@@ -12,6 +12,7 @@ from specchat import paths
 from specchat.app.settings import Settings
 from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
+from specchat.engine.drafters import METHODS
 from specchat.engine.sampling import SamplingParams
 from specchat.profiles import embedded
 from helpers import THREADS
@@ -100,8 +101,9 @@ def user_cache(tmp_path, draft_path, measured_costs) -> Iterator[Path]:
 @pytest.fixture
 def settings(tmp_path, user_cache) -> Settings:
     """The app's settings for a test: its database, keymap and exports in the test's folder."""
-    return Settings(db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml", exports=tmp_path / "exports",
-                    max_tokens=48)
+    # tiny, not the default: the app's tests judge a draft model's colours, ghosts and rejections
+    return Settings(profile="tiny", db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml",
+                    exports=tmp_path / "exports", max_tokens=48)
 
 
 EngineFactory = Callable[..., Engine]
@@ -115,7 +117,7 @@ def make_engine(target_path: Path, draft_path: Path) -> Iterator[EngineFactory]:
                 system_prompt: str | None = "You are a helpful assistant.", **spec) -> Engine:
         config = EngineConfig(
             target=ModelSettings(target_path, threads=THREADS),
-            draft=ModelSettings(draft_path, threads=THREADS) if method in ("draft", "ngram+draft") else None,
+            draft=ModelSettings(draft_path, threads=THREADS) if METHODS[method].draft_model else None,
             spec=SpecConfig(method, **spec),
             sampling=sampling or SamplingParams(),
             n_ctx=n_ctx,

@@ -347,9 +347,9 @@ def test_ask_probs_and_replay_json_print_the_same_lines(tmp_path, monkeypatch):
 
     from specchat import paths
 
-    live = cli("ask", "--json", "--probs", "5", "--max-tokens", "32", PROMPT)
+    live = cli("ask", "--profile", "tiny", "--json", "--probs", "5", "--max-tokens", "32", PROMPT)
     assert live.returncode == 0, live.stderr
-    repl = cli("repl", "--max-tokens", "32", stdin=PROMPT + "\n")
+    repl = cli("repl", "--profile", "tiny", "--max-tokens", "32", stdin=PROMPT + "\n")
     assert repl.returncode == 0, repl.stderr
     replayed = cli("replay", "--json")
     assert replayed.returncode == 0, replayed.stderr

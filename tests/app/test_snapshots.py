@@ -30,8 +30,9 @@ pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
 
 
 def snapshot_app(tmp_path: Path) -> SpecchatApp:
-    # A fixed keymap path: the help screen shows it.
-    settings = Settings(db_path=None, keymap=Path("~/.config/specchat/keymap.toml"), exports=tmp_path / "exports", autoload=False,
+    # A fixed keymap path: the help screen shows it. tiny: the profile the recorded reply was made under.
+    settings = Settings(profile="tiny", db_path=None, keymap=Path("~/.config/specchat/keymap.toml"),
+                        exports=tmp_path / "exports", autoload=False,
                         resume=False,
                         memory=lambda _pid: (GpuUnavailable("no NVIDIA driver (NVML library not found)"), 512_000_000))
     return make_app(settings)

@@ -205,7 +205,12 @@ def test_favourites_are_read_from_the_settings_file_and_bad_ones_say_why(tmp_pat
     from specchat.profiles.favourites import favourite, load_favourites
 
     path = tmp_path / "settings.toml"
-    assert load_favourites(path) == []
+    assert load_favourites(path) == ["suffix-draft", "tiny"]  # until the file lists its own: the default, a draft model
+    path.write_text("")
+    assert load_favourites(path) == ["suffix-draft", "tiny"] and favourite(path, 2) == "tiny"
+    path.write_text('[favourites]\nprofiles = []\n')
+    with pytest.raises(ConfigError, match=r"no favourite 1: it names none"):
+        favourite(path, 1)
     path.write_text('[favourites]\nprofiles = ["ngram", " tiny "]\n')
     assert load_favourites(path) == ["ngram", "tiny"] and favourite(path, 2) == "tiny"
     with pytest.raises(ConfigError, match=r"no favourite 3: it names 2 — list up to 9 profiles"):
@@ -302,6 +307,11 @@ def test_the_advice_when_speculation_is_slower():
     # Another target than ngram's: suggesting ngram would swap the model too, so speculation off is suggested.
     qwen = advice(0.5, True, 0.6, load_profile("qwen3-8b-1.7b"), {"target": 5_000_000_000, "draft": 1_100_000_000})
     assert qwen.suggestion is None and qwen.why.startswith("a verify step costs more")
+    # The default profile loads a draft model that "auto" keeps off here: when only copies drafted, the draft's size
+    # is not the reason, and ngram (what ran, less the stored chats) is not the remedy.
+    copies_only = advice(0.5, True, 0.6, load_profile("suffix-draft"), sizes, guessed=False)
+    assert copies_only.why.startswith("a verify step costs more") and copies_only.suggestion is None
+    assert advice(0.5, True, 0.6, load_profile("suffix-draft"), sizes).why.startswith("the draft (60 MB) costs")
 
 
 async def test_the_app_says_why_speculation_loses_and_one_key_switches(settings):
@@ -367,3 +377,30 @@ def test_a_picked_draft_and_the_draft_length_keep_what_the_user_did_not_change(t
     picked = Choice("ngram", draft=other).config(ngram)
     assert picked.spec.method == "draft" and picked.draft is not None
     assert picked.draft.threads == picked.target.threads
+
+
+async def test_the_default_profile_runs_as_its_copies_here_and_a_draft_model_is_one_key_away(settings):
+    """``specchat`` with no profile: "suffix+draft" with "auto", which on this CPU keeps the embedded draft model off
+    (it costs about what the target does), so nothing is guessed; Alt+2 (a favourite until the settings file lists its
+    own) switches to tiny, whose draft model drafts — and the same prompt answered again there is the same reply."""
+    from helpers import SIZE, ask, ready, wait_until
+
+    from specchat.app.chat_app import make_app
+    from specchat.engine.events import DraftSource
+    from specchat.profiles import DEFAULT_PROFILE
+
+    settings.profile = DEFAULT_PROFILE
+    settings.max_tokens = 40
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        assert app.profile.name == "suffix-draft" and app.controller.facts.method == "suffix+draft"
+        first = await ask(pilot, "Name three rivers in Europe.")
+        assert DraftSource.MODEL not in app.controller.telemetry.drafted_from
+        await pilot.press("alt+2")
+        await wait_until(pilot, lambda: app.busy is None and app.profile.name == "tiny")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: app.busy is None and app.last_reply is not first and app.last_reply is not None
+                         and app.last_reply.finish_reason)
+        again = app.last_reply.record
+        assert (again.tokens, again.text) == (first.record.tokens, first.record.text)
+        assert {"accepted", "corrected"} <= {kind for _, kind in again.segments}  # the draft model's colours

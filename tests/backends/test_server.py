@@ -96,17 +96,21 @@ def test_provenance_from_the_server_adds_up_to_its_own_totals(server_backend):
     assert {TokenKind.ACCEPTED, TokenKind.CORRECTED} <= {t.kind for t in tokens}
 
 
-def test_the_combined_method_runs_llama_servers_list_of_spec_types(target_path, draft_path, llama_server):
+@pytest.mark.parametrize(("method", "spec_type"), [("ngram+draft", "ngram-mod,draft-simple"),
+                                                   ("suffix+draft", "ngram-cache,draft-simple")])
+def test_the_combined_methods_run_llama_servers_list_of_spec_types(target_path, draft_path, llama_server, method,
+                                                                   spec_type):
     """A profile's method "ngram+draft" through llama-server is `--spec-type ngram-mod,draft-simple` (copies where the
-    n-gram map has a match, the draft model otherwise): it starts, drafts, and its counters add up to the server's."""
+    n-gram map has a match, the draft model otherwise), "suffix+draft" (the default profile's) is its lookup cache's
+    `ngram-cache,draft-simple`: each starts, drafts, and its counters add up to the server's."""
     config = dataclasses.replace(server_config(target_path, draft_path, llama_server, spec_type=None),
-                                 spec=SpecConfig("ngram+draft", n_max=4))
+                                 spec=SpecConfig(method, n_max=4))
     backend = open_backend(config)
     try:
         cmdline = Path(f"/proc/{backend.pid}/cmdline").read_bytes().split(b"\0")
-        assert cmdline[cmdline.index(b"--spec-type") + 1] == b"ngram-mod,draft-simple" and b"-md" in cmdline
+        assert cmdline[cmdline.index(b"--spec-type") + 1] == spec_type.encode() and b"-md" in cmdline
         state = backend.speculation_state()
-        assert state.active and "ngram-mod,draft-simple" in state.method
+        assert state.active and spec_type in state.method
         before = backend.spec_counters()
         prompt = "Repeat exactly, twice: red green blue yellow, red green blue yellow."
         events = list(backend.answer(history(backend), prompt, max_tokens=400))

@@ -40,7 +40,7 @@ def task_file(tmp_path) -> Path:
 
 def _bench(tmp_path: Path, *args: str):
     out = tmp_path / "report.json"
-    result = cli("bench", "--repeat", "1", "--json", str(out), *args)
+    result = cli("bench", "--profile", "tiny", "--repeat", "1", "--json", str(out), *args)  # args may name another
     report = json.loads(out.read_text()) if out.exists() else None
     return result, report
 

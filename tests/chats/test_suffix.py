@@ -27,6 +27,7 @@ from specchat.chats.replay import Replay, judgement_of, step_lines
 from specchat.chats.store import Store
 from specchat.chats.trace import events_of, row_of
 from specchat.engine import Message
+from specchat.engine.drafters import METHODS
 from specchat.engine.drafters.history import document_key
 from specchat.engine.drafters.history_cache import TokenCache
 from specchat.engine.events import DraftRejected, DraftSource, StepVerified
@@ -38,8 +39,9 @@ SEA = ("Tell me about the sea.", "And about mountains?", "What about rivers?", "
 
 
 def profile_text(method: str, *, target: str = "embedded:target", n_ctx: int = 2048) -> str:
+    model = f'model = "embedded:draft"\nthreads = {THREADS}\n' if METHODS[method].draft_model else ""
     return (f'[target]\nmodel = "{target}"\nn_ctx = {n_ctx}\nthreads = {THREADS}\nadapt_threads = false\n'
-            f'[draft]\nmethod = "{method}"\nn_max = 4\n[sampling]\ntemperature = 0.0\n'
+            f'[draft]\nmethod = "{method}"\n{model}n_max = 4\n[sampling]\ntemperature = 0.0\n'
             f'[chat]\nsystem_prompt = "{SYSTEM}"\n')
 
 
@@ -100,10 +102,11 @@ def seeded(tmp_path_factory, draft_path, measured_costs) -> Path:
 class Run:
     """A controller on a copy of the seeded store, the suffix profile loaded and the index over earlier chats built."""
 
-    def __init__(self, tmp_path: Path, seeded: Path, *, n_ctx: int = 2048, max_tokens: int = 40) -> None:
+    def __init__(self, tmp_path: Path, seeded: Path, *, n_ctx: int = 2048, max_tokens: int = 40,
+                 method: str = "suffix") -> None:
         self.db = tmp_path / "chats.sqlite3"
         shutil.copy(seeded, self.db)
-        self.controller = open_controller(self.db, write(tmp_path, "suffix", profile_text("suffix", n_ctx=n_ctx)),
+        self.controller = open_controller(self.db, write(tmp_path, "suffix", profile_text(method, n_ctx=n_ctx)),
                                           max_tokens)
         assert self.engine.wait_for_history(60)
         assert self.engine.history.index is not None and self.engine.history.index.documents >= 10
@@ -150,8 +153,12 @@ def counted(events: list) -> None:
             rejected = 0
 
 
-def test_greedy_turns_and_multibyte_replies_drafted_from_earlier_chats_equal_plain_decoding(tmp_path, seeded, plain):
-    with Run(tmp_path, seeded) as run:
+@pytest.mark.parametrize("method", ["suffix", "suffix+draft"])
+def test_greedy_turns_and_multibyte_replies_drafted_from_earlier_chats_equal_plain_decoding(tmp_path, seeded, plain,
+                                                                                             method):
+    """"suffix+draft" (the default profile's method) with a fixed draft length: the draft model guesses wherever no
+    copy is worth verifying, so all three sources are judged in one reply."""
+    with Run(tmp_path, seeded, method=method) as run:
         for texts in (TURNS, MULTIBYTE):
             run.controller.new_chat()
             for text, expected in zip(texts, plain.chat(texts)):
@@ -161,6 +168,9 @@ def test_greedy_turns_and_multibyte_replies_drafted_from_earlier_chats_equal_pla
         assert history and {s.origin for s in history} <= stored_origins(seeded)
         assert sum(s.accepted for s in history) > 0
         assert sum(s.drafted - s.accepted for s in history) > 0  # rejections were judged, not only agreement
+        if method == "suffix+draft":
+            guessed = run.steps(DraftSource.MODEL)
+            assert len(guessed) > 10 and 0 < sum(s.accepted for s in guessed) < sum(s.drafted for s in guessed)
         counted(run.events)
 
 

@@ -9,7 +9,7 @@ from specchat.engine.draft_length.adaptive import CALIBRATE_EVERY, EXPLORE_EVERY
 from specchat.engine.draft_length.auto import VerifyCost
 from specchat.engine.draft_length.memory import AutoMemory
 from specchat.engine.drafters import METHODS, NO_DRAFT, Draft
-from specchat.engine.drafters.combined import NgramThenModel
+from specchat.engine.drafters.combined import CopyThenModel
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.draft_length.learned_costs import LearnedVerifyCost
 from specchat.engine.loop import Rules, StepOutcome
@@ -67,14 +67,14 @@ def test_no_stale_copy_is_judged_on_a_step_that_proposed_nothing():
     ngram = NgramDrafter(2, 4)
     rules = Rules(SamplingParams(), np.random.default_rng(0), np.random.default_rng(1), type("V", (), {
         "n_vocab": 100, "is_eog": lambda self, t: False})())
-    combined = NgramThenModel(ngram, Model(), copy_length=lambda match: 0, model_length=lambda: 3)
+    combined = CopyThenModel(ngram, Model(), copy_length=lambda copy: 0, model_length=lambda: 3)
     seq = [1, 2, 3, 4, 9, 1, 2, 3]  # "1 2 3" was followed by 4: a copy of 4 9 1 ... is proposed
     draft = combined.propose(seq, 8, rules)
     assert model_calls == [3] and draft.tokens == [1, 1, 1] and not draft.from_text
     assert combined.turned_down is not None and combined.turned_down.tokens[0] == 4 and combined.turned_down.match >= 3
     combined.begin_step()  # a plain step next (the engine's calibration, the reply's last token): nothing proposed
     assert combined.turned_down is None
-    worth = NgramThenModel(ngram, Model(), copy_length=lambda match: 2, model_length=lambda: 3)
+    worth = CopyThenModel(ngram, Model(), copy_length=lambda copy: 2, model_length=lambda: 3)
     assert worth.propose(seq, 8, rules).from_text and worth.turned_down is None and model_calls == [3]
 
 
@@ -122,3 +122,22 @@ def test_what_is_kept_comes_back_only_for_the_same_sweep(tmp_path):
         assert not LearnedVerifyCost(SWEEP).restore(bad)
     assert not again.hazards.restore({"classes": None, "evidence": []})
     assert not again.hazards.restore({"classes": 3, "evidence": [[1, 1]]})
+
+
+def test_a_draft_model_is_priced_as_slowed_as_the_targets_step(tmp_path):
+    """The draft model's cost is measured as the sweep is, one token on an empty context; when the target's steps turn
+    out slower (deeper context, a busier machine) the draft's slow with them. Priced at its empty-context cost, a draft
+    that cannot pay looked as if it might once the target's step had slowed by half, and "auto" probed it — on
+    Spec-Bench's stem-149 one probe's catch-up over the context took 0.8 s of a 4.5 s reply (the embedded pair, 0.89×
+    of plain)."""
+    auto = Adaptive.open(LearnedVerifyCost(SWEEP), False, K_MAX, 0.006, AutoMemory(tmp_path / "memory.json"),
+                         "auto|test", "costs|test", depth=0)
+    assert auto.acceptance.hopeless  # even a draft always right would not run faster than plain decoding
+    for i in range(40):
+        plain = step(0, 0, 9, [], copied=False)
+        plain.t_batch = 1.5 * SWEEP(1)
+        auto.observe(plain, depth=0)
+    slowed_by = auto.costs.at(0)(1) / SWEEP(1)
+    assert slowed_by > 1.4
+    assert auto.acceptance.draft_cost == pytest.approx(0.006 * slowed_by)
+    assert auto.acceptance.hopeless and auto.plan(16)[0] == 0  # and no probe: the pair still cannot pay

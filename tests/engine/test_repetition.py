@@ -164,7 +164,8 @@ def test_bench_applies_the_rule_to_every_runner(tmp_path: Path):
     tasks = tmp_path / "tasks.toml"
     tasks.write_text(LOOP_TASKS)
     out = tmp_path / "report.json"
-    result = cli("bench", "--repeat", "1", "--json", str(out), "--tasks", str(tasks), "--peers", "llama-cpp-python")
+    result = cli("bench", "--profile", "tiny", "--repeat", "1", "--json", str(out), "--tasks", str(tasks),
+                 "--peers", "llama-cpp-python")
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     measured = [r for r in report["runs"] if r["rep"] == 0]

@@ -8,10 +8,14 @@ import pytest
 
 from helpers import cli
 
+# The default profile drafts from the user's stored chats: a test reads and indexes its own folder's, never the real ones.
+pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
+
 
 @pytest.mark.parametrize("method", ["draft", "ngram", "none"])
 def test_ask_json_stream_is_complete_and_consistent(method):
-    result = cli("ask", "--json", "--method", method, "--max-tokens", "40", "List three animals that live in the sea.")
+    result = cli("ask", "--profile", "tiny", "--json", "--method", method, "--max-tokens", "40",
+                 "List three animals that live in the sea.")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert {r["type"] for r in rows} <= {"started", "speculation", "token", "rejected", "step", "threads", "summary"}
@@ -39,8 +43,8 @@ def test_ask_json_stream_is_complete_and_consistent(method):
 
 
 def test_ask_plain_output_and_baseline_are_identical_text():
-    spec = cli("ask", "--max-tokens", "30", "What is the capital of France?")
-    plain = cli("ask", "--method", "none", "--max-tokens", "30", "What is the capital of France?")
+    spec = cli("ask", "--profile", "tiny", "--max-tokens", "30", "What is the capital of France?")
+    plain = cli("ask", "--profile", "tiny", "--method", "none", "--max-tokens", "30", "What is the capital of France?")
     assert spec.returncode == 0 and plain.returncode == 0
     reply_spec, summary_spec = spec.stdout.rstrip("\n").rsplit("\n", 1)
     reply_plain, summary_plain = plain.stdout.rstrip("\n").rsplit("\n", 1)
@@ -53,7 +57,7 @@ GHOST, AMBER = "\x1b[2;9m", "\x1b[38;5;214m"
 
 
 def test_ask_ghosts_sit_between_the_accepted_tokens_and_the_correction():
-    result = cli("ask", "--color", "always", "--ghosts", "--max-tokens", "96",
+    result = cli("ask", "--profile", "tiny", "--color", "always", "--ghosts", "--max-tokens", "96",
                  "List five countries in Europe and their capitals.")
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -66,7 +70,8 @@ def test_ask_ghosts_sit_between_the_accepted_tokens_and_the_correction():
 
 
 def test_json_rejected_rows_come_between_the_steps_accepted_tokens_and_its_correction():
-    result = cli("ask", "--json", "--max-tokens", "96", "List five countries in Europe and their capitals.")
+    result = cli("ask", "--profile", "tiny", "--json", "--max-tokens", "96",
+                 "List five countries in Europe and their capitals.")
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     mixed = 0
     for i, row in enumerate(rows):
@@ -101,7 +106,8 @@ def test_ctrl_c_during_ask_prints_the_partial_summary_and_exits_130():
         process.kill()
     assert process.returncode == 130, err
     summary = (first + rest).rstrip("\n").rsplit("\n", 1)[-1]
-    assert summary.startswith("[draft") and "cancelled" in summary and "tokens" in summary
+    assert summary.startswith("[suffix+draft n_max=auto]")  # the default profile's method
+    assert "cancelled" in summary and "tokens" in summary
     assert "Traceback" not in err
 
 

@@ -149,7 +149,8 @@ def test_no_color_prints_plain_text_and_the_summary(repl_settings):
 def test_piped_lines_are_answered_one_by_one_and_reopen_in_the_app_with_their_colours(tmp_path, user_cache):
     env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
            "XDG_DATA_HOME": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1"}
-    result = subprocess.run([sys.executable, "-m", "specchat", "repl", "--max-tokens", "24"], env=env, timeout=300,
+    result = subprocess.run([sys.executable, "-m", "specchat", "repl", "--profile", "tiny", "--max-tokens", "24"],
+                            env=env, timeout=300,
                             input="Name two planets.\n\nName a colour.\n", capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout and result.stderr == ""

@@ -18,7 +18,7 @@ from specchat.errors import ConfigError, IncompatibleDraftError, ModelError
 from specchat.profiles.fit import GB, FitReport, Footprint, kv_cache_bytes
 
 BUNDLED = ["baseline", "gemma4-12b-qat-mtp", "ngram", "ngram-draft", "qwen3-4b-0.6b", "qwen3-8b-1.7b", "server-draft-mtp",
-           "server-ngram-simple", "server-none", "server-tiny", "suffix", "tiny"]
+           "server-ngram-simple", "server-none", "server-tiny", "suffix", "suffix-draft", "tiny"]
 
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -40,10 +40,11 @@ def test_every_preset_parses_and_validates():
 
 
 def test_presets_with_embedded_models_build_run_configs():
-    for name, method in (("tiny", "draft"), ("ngram", "ngram"), ("baseline", "none"), ("ngram-draft", "ngram+draft")):
+    for name, method in (("tiny", "draft"), ("ngram", "ngram"), ("baseline", "none"), ("ngram-draft", "ngram+draft"),
+                         ("suffix", "suffix"), ("suffix-draft", "suffix+draft")):
         config = profiles.run_config(profiles.load_profile(name))
         assert config.spec.method == method and config.target.path.is_file()
-        assert (config.draft is not None) == (method in ("draft", "ngram+draft"))
+        assert (config.draft is not None) == (method in ("draft", "ngram+draft", "suffix+draft"))
     assert profiles.run_config(profiles.load_profile("ngram")).spec.adaptive
 
 
@@ -92,7 +93,8 @@ method = "ngram"
         ("[target]\nmodel = \"x.gguf\"\n[draft]\nmethod = \"ngram+draft\"\n",
          r"p\.toml:4: \[draft\] method: method 'ngram\+draft' needs \[draft\] model"),
         (GOOD.replace('"ngram"', '"magic"'),
-         r"p\.toml:4: \[draft\] method: got 'magic', expected one of none, draft, ngram, ngram\+draft, suffix, mtp"),
+         r"p\.toml:4: \[draft\] method: got 'magic', expected one of none, draft, ngram, ngram\+draft, suffix, suffix\+draft,"
+         r" mtp"),
         (GOOD + '[backend]\nkind = "llama-server"\nspec_type = "ngram-mod,draft-warp"\n',
          r"p\.toml:7: \[backend\] spec_type: got 'ngram-mod,draft-warp', expected one of llama.cpp's spec types"),
         (GOOD + '[backend]\nkind = "llama-server"\nspec_type = "ngram-mod, draft-simple"\n',

@@ -27,13 +27,15 @@ class Advice:
 
 
 def advice(speedup: float | None, speculating: bool, acceptance: float | None, profile: Profile | None,
-           model_bytes: dict[str, int]) -> Advice | None:
+           model_bytes: dict[str, int], guessed: bool = True) -> Advice | None:
     """Advice for a reply ``speedup`` times as fast as plain decoding, slower with speculation active; None else
-    (within the noise of a measurement, SLOWER, it says nothing)."""
+    (within the noise of a measurement, SLOWER, it says nothing). ``guessed``: a draft model drafted in the reply (True
+    too where the backend does not say which source drafted). A loaded draft model that sat out cost no time, and where
+    only copies drafted, ``ngram`` (copies too) is no remedy: speculation off is."""
     if speedup is None or speedup >= SLOWER or not speculating:
         return None
     draft, target = model_bytes.get("draft"), model_bytes.get("target")
-    if draft and target and draft >= SAME_SIZE_DRAFT * target:
+    if guessed and draft and target and draft >= SAME_SIZE_DRAFT * target:
         why = f"the draft ({mb(draft)}) costs about as much to run as the target ({mb(target)}) saves"
     elif acceptance is None:
         why = "no draft was judged in this reply, and looking for one still cost its time"
@@ -41,7 +43,7 @@ def advice(speedup: float | None, speculating: bool, acceptance: float | None, p
         why = f"only {pct(acceptance)} of the drafted tokens are accepted"
     else:
         why = "a verify step costs more here than its accepted drafts save"
-    ngram = _same_target_ngram(profile)
+    ngram = _same_target_ngram(profile) if guessed else None
     if ngram is not None:
         return Advice(why, ngram, "drafts from the chat itself, no second model")
     return Advice(why, None, "plain decoding of the same target")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..backends import Backend, switch_backend
 from ..engine import ReplyFinished
-from ..engine.events import Event, SpeculationState
+from ..engine.events import DraftSource, Event, SpeculationState
 from ..errors import Refused, SwitchFailed
 from ..figures import DASH
 from ..profiles import Profile, load_profile
@@ -213,8 +213,10 @@ class ChatController:
     def advice(self) -> Advice | None:
         """Why speculation is slower than plain here, and what to try instead; None while it is not."""
         t = self.telemetry
+        sources = t.drafted_from  # (a server's steps name no source)
+        guessed = DraftSource.MODEL in sources or t.reply.drafted > 0 and not sources
         return advice(t.speedup(), t.speculation is not None and t.speculation.active, t.reply.acceptance_rate,
-                      self.profile, self.facts.model_bytes if self.facts else {})
+                      self.profile, self.facts.model_bytes if self.facts else {}, guessed)
 
     def switch_failed(self) -> None:
         """A switch failed (its line is on screen). With nothing open now, nothing of the old backend stays shown."""

@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from .parse import parse_profile, suggest
 from .schema import Profile
 
-DEFAULT_PROFILE = "tiny"
+DEFAULT_PROFILE = "suffix-draft"  # every source of drafts, each only as far as its measured worth pays
 
 
 def bundled_dir() -> Path:

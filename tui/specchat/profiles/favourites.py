@@ -4,6 +4,9 @@ settings file.
     # ~/.config/specchat/settings.toml
     [favourites]
     profiles = ["ngram", "tiny", "server-tiny"]
+
+Until the file names its own, the favourites are ``DEFAULT``: the default profile, then ``tiny`` — so a draft model at
+work, its colours and its ghosts, is one key (Alt+2) from the default, which on a CPU keeps its draft model off.
 """
 
 from __future__ import annotations
@@ -14,19 +17,23 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 
 from ..errors import ConfigError
+from .catalogue import DEFAULT_PROFILE
 
 MOST = 9
+DEFAULT = [DEFAULT_PROFILE, "tiny"]
 
 
 def load_favourites(path: Path) -> list[str]:
-    """The favourite profiles' names (or paths), first key first; none without the file."""
+    """The favourite profiles' names (or paths), first key first; ``DEFAULT`` until the file lists its own."""
     if not path.is_file():
-        return []
+        return list(DEFAULT)
     try:
         document = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
     except (OSError, UnicodeDecodeError, ParseError) as exc:
         raise ConfigError(f"{path}: cannot read the settings ({exc}) — fix or delete the file") from None
-    table = document.get("favourites", {})
+    if "favourites" not in document:
+        return list(DEFAULT)
+    table = document["favourites"]
     names = table.get("profiles", []) if isinstance(table, dict) else None
     if not isinstance(names, list) or not all(isinstance(name, str) and name.strip() for name in names):
         raise ConfigError(f'{path}: [favourites] profiles must be a list of profile names, e.g. ["ngram", "tiny"]')

@@ -30,8 +30,8 @@ class DraftLength(Protocol):
         after seeing them (copies), how far to verify one (from its match length, and its own ``survival``)."""
         ...
 
-    def copy_length(self, match: int) -> int:
-        """The combined method: how far to verify a copy whose match reaches ``match`` tokens back."""
+    def copy_length(self, copy: Draft) -> int:
+        """The combined methods: how far to verify ``copy`` (from its match length, and its own ``survival``)."""
         ...
 
     def model_length(self) -> int:
@@ -63,7 +63,7 @@ class FixedLength:
     def plan(self, limit: int) -> tuple[int, Callable[[Draft], int] | None]:
         return min(self.k, limit), None
 
-    def copy_length(self, match: int) -> int:
+    def copy_length(self, copy: Draft) -> int:
         return self.k
 
     def model_length(self) -> int:

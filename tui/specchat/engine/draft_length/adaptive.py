@@ -72,10 +72,10 @@ class Adaptive:
         if draft_cost is not None:
             learned_draft = LearnedDraftCost(draft_cost)
             learned_draft.restore(state.get("draft cost"))
-            acceptance = AutoDraftLength(priced, learned_draft.seconds, k_max["draft"])
+            acceptance = AutoDraftLength(priced, learned_draft.seconds * slowed(costs, priced), k_max["draft"])
             acceptance.restore(state.get("acceptance"))
         return cls(costs, hazards, acceptance, learned_draft, memory, key, costs_key, priced,
-                   learned_draft.seconds if learned_draft is not None else 0.0)
+                   acceptance.draft_cost if acceptance is not None else 0.0)
 
     @property
     def calibrating(self) -> bool:
@@ -97,9 +97,9 @@ class Adaptive:
                                             hazards.cap, limit)
         return min(self.model_length(), limit), None
 
-    def copy_length(self, match: int) -> int:
+    def copy_length(self, copy: Draft) -> int:
         assert self.hazards is not None
-        return self.hazards.plan(match)
+        return self.hazards.plan(copy.match, copy.survival)
 
     def model_length(self) -> int:
         acceptance = self.acceptance
@@ -138,7 +138,7 @@ class Adaptive:
         self.steps += 1
         by_model = outcome.drafted > 0 and not outcome.draft.from_text
         if self.draft_cost is not None and by_model and self.model_drafted_last:
-            self.draft_cost.observe(outcome.drafted, outcome.t_draft)
+            self.draft_cost.observe(outcome.drafted, outcome.t_draft / slowed(self.costs, self.costs.at(depth)))
         self.model_drafted_last = by_model
         if self.hazards is not None:
             if turned_down is not None:
@@ -155,7 +155,7 @@ class Adaptive:
         if self.steps % REPRICE_EVERY:
             return
         curve = self.costs.at(depth)
-        draft = self.draft_cost.seconds if self.draft_cost is not None else 0.0
+        draft = self.draft_cost.seconds * slowed(self.costs, curve) if self.draft_cost is not None else 0.0
         if not moved(self.priced, curve) and abs(draft - self.priced_draft) <= 0.03 * max(self.priced_draft, 1e-9):
             return
         self.priced, self.priced_draft = curve, draft
@@ -173,6 +173,17 @@ class Adaptive:
             state["acceptance"] = self.acceptance.state()
             state["draft cost"] = self.draft_cost.state()
         self.memory.keep({self.key: state, self.costs_key: self.costs.state()})
+
+
+def slowed(costs: LearnedVerifyCost, curve: VerifyCost) -> float:
+    """How much slower a one-token step of the target runs on ``curve`` (the learned costs at some depth) than it did
+    when swept on an empty context. The draft model's cost was measured as that sweep was (a one-token decode, no
+    context) and slows with it: the same attention over the same context, the same machine. A draft priced as if the
+    context stayed empty looked ever cheaper deep into a chat — the embedded pair on a CPU, which cannot pay, then
+    passed for one that might, and "auto" probed it, each probe a catch-up over the whole context. Never below 1: the
+    draft's measurement and the sweep are cached apart, and a sweep from a busy minute must not make the draft look
+    cheaper than it was measured."""
+    return max(curve(1) / costs.sweep(1), 1.0)
 
 
 def judged_against(proposal: Sequence[int], outcome: StepOutcome) -> list[bool]:

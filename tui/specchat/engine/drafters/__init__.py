@@ -1,6 +1,7 @@
 """Where draft tokens come from. Each module of this package that defines ``METHOD`` (a ``base.Method``) is one
-speculation method: ``model`` (a smaller model), ``ngram`` (earlier text), ``combined`` (both), ``mtp`` (the target's
-own heads, on a llama.cpp server). They are found here (``discovery``), so a new method is one new module (docs/extending.md:
+speculation method: ``model`` (a smaller model), ``ngram`` (earlier text), ``combined`` (both), ``suffix`` (earlier
+text and the stored chats), ``suffix_draft`` (those and a smaller model), ``mtp`` (the target's own heads, on a
+llama.cpp server). They are found here (``discovery``), so a new method is one new module (docs/extending.md:
 "Adding a drafter")."""
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
-"""Methods combined, as llama.cpp's ``--spec-type ngram-mod,draft-simple`` has them: where the conversation has a match
-that is worth verifying, the n-gram drafter's copy (it costs nothing to propose); otherwise the draft model's guess.
+"""Methods combined, as llama.cpp's ``--spec-type ngram-mod,draft-simple`` has them: where earlier text has a match
+that is worth verifying, its copy (it costs nothing to propose); otherwise the draft model's guess. Method
+"ngram+draft" copies from the conversation (``ngram``); "suffix+draft" (``suffix_draft``) from the user's stored chats
+too (``suffix``).
 
 llama.cpp takes the first drafter in its order of preference that proposes anything. Here the copy must also be worth
-its verify: with ``n_max = "auto"`` the n-gram hazards decide from the match (``MatchHazards``), and a short match the
-hazards would not verify leaves the step to the draft model, whose own policy decides how far it drafts.
+its verify: with ``n_max = "auto"`` the n-gram hazards decide from the match and the copy's own survival
+(``MatchHazards``), and a copy the hazards would not verify leaves the step to the draft model, whose own policy
+decides how far it drafts — on a CPU, where a draft model costs about what the target does, not at all.
 """
 
 from __future__ import annotations
@@ -13,22 +16,22 @@ from typing import TYPE_CHECKING
 
 from .base import NO_DRAFT, Draft, Drafter, Method, Parts
 from .model import ModelDrafter
-from .ngram import NgramDrafter
 
 if TYPE_CHECKING:
     from ..loop import Rules
 
 
-class NgramThenModel(Drafter):
-    def __init__(self, ngram: NgramDrafter, model: ModelDrafter, copy_length: Callable[[int], int],
+class CopyThenModel(Drafter):
+    def __init__(self, copier: Drafter, model: ModelDrafter, copy_length: Callable[[Draft], int],
                  model_length: Callable[[], int]) -> None:
-        """``copy_length(match)``: how many copied tokens a match is worth verifying; ``model_length()``: how many
-        tokens the draft model drafts when the copy is not used (0: a plain step)."""
-        self.ngram, self.model = ngram, model
+        """``copier``: the drafter that copies earlier text; ``copy_length(copy)``: how many of a copy's tokens are
+        worth verifying; ``model_length()``: how many tokens the draft model drafts when the copy is not used (0: a
+        plain step)."""
+        self.copier, self.model = copier, model
         self.copy_length, self.model_length = copy_length, model_length
         self.turned_down: Draft | None = None  # this step's copy, when it had one and the draft model drafted instead
 
-    # ``blocked`` stays "": the copy reads any token id; the draft model sits out while it cannot
+    # ``blocked`` stays "": a copy reads any token id; the draft model sits out while it cannot
     # (``ModelDrafter.notice``)
 
     def notice(self, seq: Sequence[int]) -> None:
@@ -39,19 +42,21 @@ class NgramThenModel(Drafter):
         self.turned_down = None
 
     def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
-        copy = self.ngram.propose(seq, n_max, rules)
-        if copy.tokens and self.copy_length(copy.match) > 0:
+        copy = self.copier.propose(seq, n_max, rules)
+        if copy.tokens and self.copy_length(copy) > 0:
             return copy  # the step's ``choose`` keeps as much of it as the match is worth
         self.turned_down = copy if copy.tokens else None
         k = min(self.model_length(), n_max)
         return self.model.propose(seq, k, rules) if k > 0 else NO_DRAFT
 
 
-def _build(parts: Parts) -> NgramThenModel | None:
+def then_model(copier: Drafter, parts: Parts) -> CopyThenModel | None:
+    """``copier``'s copies where they are worth verifying, else the loaded draft model's guesses (None without one)."""
     if parts.model is None:
         return None
-    return NgramThenModel(parts.ngram, parts.model, parts.length.copy_length, parts.length.model_length)
+    return CopyThenModel(copier, parts.model, parts.length.copy_length, parts.length.model_length)
 
 
 METHOD = Method("ngram+draft", "the n-gram copy where the conversation has a match worth verifying, the draft model"
-                " otherwise", "ngram-mod,draft-simple", build=_build, draft_model=True, copies=True)
+                " otherwise", "ngram-mod,draft-simple", build=lambda parts: then_model(parts.ngram, parts),
+                draft_model=True, copies=True)
