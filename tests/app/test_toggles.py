@@ -381,7 +381,7 @@ def test_a_picked_draft_and_the_draft_length_keep_what_the_user_did_not_change(t
 
 async def test_the_default_profile_runs_as_its_copies_here_and_a_draft_model_is_one_key_away(settings):
     """``specchat`` with no profile: "suffix+draft" with "auto", which on this CPU keeps the embedded draft model off
-    (it costs about what the target does), so nothing is guessed; Alt+2 (a favourite until the settings file lists its
+    (even a draft always right could not pay here), so nothing is guessed; Alt+2 (a favourite until the settings file lists its
     own) switches to tiny, whose draft model drafts — and the same prompt answered again there is the same reply."""
     from helpers import SIZE, ask, ready, wait_until
 

@@ -6,7 +6,8 @@ settings file.
     profiles = ["ngram", "tiny", "server-tiny"]
 
 Until the file names its own, the favourites are ``DEFAULT``: the default profile, then ``tiny`` — so a draft model at
-work, its colours and its ghosts, is one key (Alt+2) from the default, which on a CPU keeps its draft model off.
+work, its colours and its ghosts, is one key (Alt+2) from the default, which keeps its draft model off where it cannot
+pay (the embedded pair on a 2-core CPU).
 """
 
 from __future__ import annotations

@@ -138,7 +138,9 @@ class Adaptive:
         self.steps += 1
         by_model = outcome.drafted > 0 and not outcome.draft.from_text
         if self.draft_cost is not None and by_model and self.model_drafted_last:
-            self.draft_cost.observe(outcome.drafted, outcome.t_draft / slowed(self.costs, self.costs.at(depth)))
+            # (the curve priced last, not the costs at this depth: reading those learns the queued verifies on every
+            # step, which the queue is there to avoid; it is within REPRICE_EVERY steps and ``moved`` of this depth's)
+            self.draft_cost.observe(outcome.drafted, outcome.t_draft / slowed(self.costs, self.priced))
         self.model_drafted_last = by_model
         if self.hazards is not None:
             if turned_down is not None:

@@ -6,7 +6,8 @@ too (``suffix``).
 llama.cpp takes the first drafter in its order of preference that proposes anything. Here the copy must also be worth
 its verify: with ``n_max = "auto"`` the n-gram hazards decide from the match and the copy's own survival
 (``MatchHazards``), and a copy the hazards would not verify leaves the step to the draft model, whose own policy
-decides how far it drafts — on a CPU, where a draft model costs about what the target does, not at all.
+decides how far it drafts — not at all where even a draft always right could not pay (the embedded pair on a
+2-core CPU).
 """
 
 from __future__ import annotations
