@@ -10,7 +10,7 @@ import pytest
 
 from specchat.engine.draft_length.auto import (HAZARD_CLASSES, SLOW_START, AutoDraftLength, MatchHazards, VerifyCost,
                                   expected_tokens)
-from specchat.engine.draft_length.costs import CostCache
+from specchat.engine.draft_length.costs import CostCache, measure_verify_cost
 
 # Verify cost of a batch of b tokens, in units of one plain step, shaped like the measured CPU curve here
 # (llama-bench pp1..pp32 on SmolLM2-135M, 2 threads): each token costs more than half a plain step up to b = 4.
@@ -335,3 +335,41 @@ def test_a_copy_scored_by_frequency_is_priced_by_the_lower_of_its_own_chance_and
                 1 + min(right, 0.9) + min(right ** 2, 0.5) + min(right ** 3, 0.2)]
     speeds = [e * CPU(1) / CPU(i + 1) for i, e in enumerate(expected)]
     assert k == int(np.argmax(speeds)) and gain == pytest.approx(max(speeds))
+
+
+def test_a_stalled_sweep_batch_is_measured_again_and_never_priced_above_its_tokens_one_by_one(make_engine, tmp_path):
+    """Found on a fresh machine: the first 8-row batch of the sweep stalled 3.5 s (a compile beside it), the curve is
+    kept non-decreasing, so every larger batch was priced at 3.5 s too — 234 plain steps for 8 rows — and kept in the
+    user cache for a week: "auto" never drafted 8 tokens again, so no step ever taught it otherwise (Spec-Bench's
+    summarization and RAG ran at 1.00 tokens a step). A batch is measured beside its tokens decoded one at a time: one
+    slower than that is measured again, and never priced above it; a cached curve that does so is measured again."""
+    engine = make_engine("none")
+    ctx, token = engine.ctx, max(engine.target.bos, 0)
+    decode = ctx.decode
+    stalled = []
+
+    def stalls_once(tokens, **kwargs):  # a busy neighbour, once: the one thing a test cannot make happen on demand
+        if len(tokens) == 8 and not stalled:
+            stalled.append(True)
+            time.sleep(1.0)
+        return decode(tokens, **kwargs)
+
+    ctx.decode = stalls_once
+    try:
+        cost = measure_verify_cost(ctx, token, (1, 2, 4, 8, 16))
+    finally:
+        ctx.decode = decode
+    assert stalled
+    assert cost(8) < 0.5 and cost(16) < 0.5  # 8 and 16 plain steps of a few ms, not the stall
+    assert all(cost(b) <= b * cost(1) * 1.5 for b in (2, 4, 8, 16))
+
+    calls = []
+    poisoned = VerifyCost((1, 2, 4, 8, 16), (0.0148, 0.0247, 0.0472, 3.46, 3.46), exact=16)  # as it was kept
+
+    def measure() -> VerifyCost:
+        calls.append(1)
+        return cost
+
+    cache = CostCache(tmp_path / "costs.json", max_age_s=3600)
+    cache.get("k", lambda: poisoned)
+    assert cache.get("k", measure) == cost and calls == [1]  # 8 rows at 234 plain steps: not trusted
