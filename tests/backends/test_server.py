@@ -364,3 +364,33 @@ def test_the_source_archive_is_unpacked_inside_its_folder_only(tmp_path, monkeyp
             extract(archive("bad.tar.gz", bad), tmp_path / "out2")
     assert not (tmp_path / "escape.c").exists()
 
+
+
+def test_a_forgotten_chat_restarts_a_server_whose_ngram_tables_hold_every_request(target_path, draft_path,
+                                                                                 llama_server):
+    """llama.cpp makes a server's speculative state once per process: ngram-mod's map holds every request since it
+    started, a deleted chat's text included. Forgetting a chat restarts such a server before the next reply; a server
+    that learns nothing across requests (draft-simple) is left running."""
+    config = dataclasses.replace(server_config(target_path, draft_path, llama_server, spec_type="ngram-mod"),
+                                 spec=SpecConfig("ngram", n_max=4))
+    backend = open_backend(config)
+    try:
+        list(backend.answer(history(backend), PROMPT, max_tokens=8))
+        pid = backend.pid
+        backend.forget_chat(7)
+        assert backend.pid == pid  # nothing happens until the next reply
+        events = list(backend.answer(history(backend), PROMPT, max_tokens=8))
+        assert isinstance(events[-1], ReplyFinished) and backend.pid != pid
+        pid = backend.pid
+        list(backend.answer(history(backend), PROMPT, max_tokens=8))
+        assert backend.pid == pid  # once only
+    finally:
+        backend.close()
+    plain = open_backend(server_config(target_path, draft_path, llama_server))
+    try:
+        pid = plain.pid
+        plain.forget_chat(7)
+        list(plain.answer(history(plain), PROMPT, max_tokens=8))
+        assert plain.pid == pid
+    finally:
+        plain.close()

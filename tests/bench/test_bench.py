@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from specchat.bench.tasks import Task
+from specchat.chats.store import Store
 from specchat.engine.draft_length.auto import VerifyCost
 from helpers import cli
 
@@ -123,6 +124,10 @@ def test_bad_bench_arguments(tmp_path, task_file):
     assert bad_plot.returncode == 2 and "--plot must end in .png or .svg" in bad_plot.stderr
     bad_peer = cli("bench", "--peers", "ollama")
     assert bad_peer.returncode == 2 and "unknown peer 'ollama'" in bad_peer.stderr
+    bad_type = cli("bench", "--peers", "llama-server", "--server-types", "ngram-mod ngram-fancy")
+    assert bad_type.returncode == 2 and "--server-types: unknown spec type 'ngram-fancy'" in bad_type.stderr
+    no_server = cli("bench", "--server-types", "ngram-mod")
+    assert no_server.returncode == 2 and "add --peers llama-server" in no_server.stderr
 
 
 def test_bench_with_llama_server_peers_through_the_server_backend(tmp_path, task_file, llama_server):
@@ -141,13 +146,39 @@ def test_bench_with_llama_server_peers_through_the_server_backend(tmp_path, task
     assert "speed-up against specchat's plain decoding" in result.stdout
 
 
-def _ngram_replay():
-    path = Path(__file__).parents[2] / "benchmarks" / "ngram_replay.py"
-    spec = importlib.util.spec_from_file_location("ngram_replay", path)
+def _benchmark(name: str):
+    """A script of benchmarks/, imported as it runs (its folder first on the path: candidate_trees reads ngram_replay)."""
+    folder = Path(__file__).parents[2] / "benchmarks"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def _ngram_replay():
+    return _benchmark("ngram_replay")
+
+
+def test_the_candidate_tree_replay_on_a_worked_example():
+    """Two earlier occurrences of "7 9 1 2" go on differently (3 first, then 4, the newer): the chain verifies the newer,
+    wrong continuation; a tree of two verifies both, and the older one is right. Worked by hand for a 3-token reply
+    (its first token from the prefill): the chain takes two steps (a correction, then a copied token whose bonus lies
+    beyond the reply), the tree one (4 rows: both branches and the target's token; both reply tokens accepted)."""
+    trees = _benchmark("candidate_trees")
+    prompt = [7, 9, 1, 2, 3, 6, 50, 7, 9, 1, 2, 4, 6, 51, 7, 9, 1]
+    reply = _ngram_replay().Reply(Task(name="t", prompt="", max_tokens=64), prompt=prompt, tokens=[2, 3, 6])
+    seen: dict = {}
+    for pos in range(len(prompt) + 1):
+        trees.remember(prompt + [2], pos, seen)
+    assert trees.branches(prompt + [2], len(prompt) + 1, seen, 2, 3) == [[4, 6, 51], [3, 6, 50]]
+    flat = VerifyCost((1, 8), (1.0, 1.0), exact=8)
+    assert trees.speed_up(reply, flat, (1,)) == pytest.approx(1.0)
+    assert trees.speed_up(reply, flat, (1, 2)) == pytest.approx(2.0)
+    # When each row costs a step, the tree's extra rows cost more than they save: 2 tokens for 4 rows.
+    assert trees.speed_up(reply, VerifyCost((1, 8), (1.0, 8.0), exact=8), (1, 2)) == pytest.approx(0.5)
 
 
 def test_the_replay_match_table_on_worked_examples(make_engine):
@@ -325,3 +356,47 @@ def test_a_question_file_that_is_not_json_lines_is_one_clear_line(tmp_path):
     path.write_text("[[task]]\nname = 'toml, not json'\n")
     result, _ = _bench(tmp_path, "--tasks", str(path))
     assert_one_clear_line(result, f"{path}: no question could be read")
+
+
+@pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
+def test_saved_bench_replies_are_drafted_from_by_a_later_run_beside_llama_servers_lookup_cache(tmp_path, llama_server):
+    """--save-chats keeps each question's replies as a chat; a later run with --history drafts from them — specchat's
+    "suffix" through its index, llama-server's ngram-cache through lookup caches written from the same replies — and
+    the greedy output stays plain decoding's."""
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    sample = ("--profile", "suffix", "--suite", "spec-bench", "--questions", "81,321", "--max-tokens", "24",
+              "--repeat", "1")
+    first_json, second_json = tmp_path / "first.json", tmp_path / "second.json"
+    first = cli("bench", *sample, "--save-chats", "--json", str(first_json), env=env)
+    assert first.returncode == 0, first.stderr
+    assert "saved 2 chats" in first.stderr
+    store = Store(tmp_path / "data" / "specchat" / "chats.sqlite3")
+    try:
+        saved = {c.title: store.messages(c.id) for c in store.conversations()}
+    finally:
+        store.close()
+    assert set(saved) == {"bench: writing-81", "bench: qa-321"}
+    plain = {r["task"]: r for r in json.loads(first_json.read_text())["runs"]
+             if r["runner"] == "specchat none" and r["rep"] == 0}
+    writing = saved["bench: writing-81"]
+    assert [m.role for m in writing] == ["user", "assistant", "user", "assistant"]  # both turns of MT-bench's
+    assert [t for m in writing if m.role == "assistant" for t in m.tokens] == plain["writing-81"]["tokens"]
+    assert all(m.target_id and m.finish_reason for m in writing if m.role == "assistant")
+
+    second = cli("bench", *sample, "--history", "--peers", f"llama-server={llama_server}",
+                 "--server-types", "ngram-mod ngram-cache", "--json", str(second_json), env=env)
+    assert second.returncode == 0, second.stderr
+    report = json.loads(second_json.read_text())
+    assert report["settings"]["history"] is True and not report["errors"]
+    assert report["settings"]["llama_server_memory"] == "warm"
+    assert {r["runner"] for r in report["runs"]} == {"specchat none", "specchat suffix", "llama-server ngram-mod",
+                                                     "llama-server ngram-cache"}  # the types asked for
+    rows = {(r["category"], r["runner"]): r for r in report["by_category"]}
+    before = {(r["category"], r["runner"]): r for r in json.loads(first_json.read_text())["by_category"]}
+    for category in ("writing", "qa"):
+        recalled = rows[(category, "specchat suffix")]
+        assert recalled["same_output"] is True and rows[(category, "llama-server ngram-cache")]["same_output"] is True
+        # The same questions answered before: most of each reply comes from the stored one.
+        assert recalled["tokens_per_step"] > 2 * before[(category, "specchat suffix")]["tokens_per_step"]
+    server = [r for r in report["runs"] if r["runner"] == "llama-server ngram-cache" and r["rep"] == 0]
+    assert len(server) == 2  # beside them, with the lookup caches (their effect: test_suffix.py's server test)

@@ -21,6 +21,7 @@ import pytest
 from backend_kinds import MULTIBYTE, SYSTEM, TURNS, ask
 from helpers import THREADS
 from specchat import paths
+from specchat.backends.lookup_cache import read_lookup_cache
 from specchat.chats.controller import ChatController
 from specchat.chats.recall import stored_replies
 from specchat.chats.replay import Replay, judgement_of, step_lines
@@ -432,3 +433,44 @@ def test_a_damaged_token_cache_is_read_as_empty_and_written_anew(make_engine, tm
     assert engine.history.index.documents == len(list(stored_replies(seeded)))
     reply = next(iter(stored_replies(seeded)))
     assert TokenCache(cache).get(document_key(reply, engine.target.identity, engine.template)[0])  # written anew
+
+
+def server_flags(backend) -> list[bytes]:
+    return Path(f"/proc/{backend.pid}/cmdline").read_bytes().split(b"\0")
+
+
+def test_suffix_on_a_managed_llama_server_drafts_from_lookup_caches_of_the_stored_chats(tmp_path, seeded, plain,
+                                                                                       llama_server):
+    """"suffix" through a llama-server specchat starts is llama.cpp's ngram-cache, given the stored replies as its
+    lookup caches (backends/lookup_cache.py): written off the engine thread, the server restarted with them before
+    the next reply. Greedy output stays plain decoding's over several turns and multi-byte text; a deleted chat's
+    caches are dropped before the next reply, and written again without it."""
+    db = tmp_path / "chats.sqlite3"
+    shutil.copy(seeded, db)
+    profile = profile_text("suffix") + f'[backend]\nkind = "llama-server"\nbinary = "{llama_server}"\n'
+    controller = open_controller(db, write(tmp_path, "server-suffix", profile))
+    try:
+        backend = controller.backend
+        assert b"--lookup-cache-static" not in server_flags(backend)  # being written: the first reply never waits
+        backend.learn_history(partial(stored_replies, db), wait=True)  # as `ask` waits, so the test knows when
+        flags = server_flags(backend)
+        static = Path(flags[flags.index(b"--lookup-cache-static") + 1].decode())
+        assert b"--lookup-cache-dynamic" in flags and read_lookup_cache(static)
+        drafted = 0
+        for texts in (TURNS, MULTIBYTE):
+            controller.new_chat()
+            for text, expected in zip(texts, plain.chat(texts)):
+                record = ask(controller, text)
+                assert (record.tokens, record.text) == expected
+                drafted += record.stats["drafted"]
+        assert drafted > 0
+        controller.session.store.delete(chats(seeded)[0].id)
+        controller.new_chat()
+        record = ask(controller, MULTIBYTE[0])
+        assert (record.tokens, record.text) == plain.chat(MULTIBYTE[:1])[0]
+        assert b"--lookup-cache-static" not in server_flags(backend)  # the reply after the deletion: no caches
+        backend.learn_history(partial(stored_replies, db), wait=True)
+        assert b"--lookup-cache-static" in server_flags(backend)
+    finally:
+        close(controller)
+    assert not static.parent.exists()  # the caches hold the chats' n-grams: gone with the backend

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import paths
 from ..engine.chat_template import ChatTemplate
 from ..engine.engine_config import SWITCHED_OFF_BY_HAND, without_speculation
 from ..engine.conversation import Message, TokenWindow, as_dicts
@@ -33,6 +36,7 @@ from .completion import CompletionStream
 from .run_config import RunConfig
 from .held_tokens import PieceIndex
 from .kinds import BackendKind
+from .lookup_cache import LookupCacheBuilder, cache_args
 from .openai_chat import spec_counters
 from .server_api import BY_NAME, CompletionApi, Link, ServerApi, Turn, detect
 from .server_build import find_server
@@ -53,6 +57,17 @@ def spec_type(config: RunConfig) -> str:
     if config.spec.method == "none":
         return "none"
     return config.backend.spec_type or METHODS[config.spec.method].spec_type
+
+
+def reads_lookup_caches(config: RunConfig) -> bool:
+    """Whether the server drafts with ngram-cache, which reads the stored chats as lookup caches (``lookup_cache``)."""
+    return "ngram-cache" in spec_type(config).split(",")
+
+
+def learns_across_requests(config: RunConfig) -> bool:
+    """Whether the server's drafting keeps what every request said until it stops: its n-gram types hold their tables
+    for the whole process (llama.cpp makes the speculative state once per server)."""
+    return "ngram" in spec_type(config)
 
 
 def server_args(config: RunConfig) -> list[str]:
@@ -94,6 +109,14 @@ class LlamaServerBackend:
         self.chat: TokenWindow | None = None
         self.template: ChatTemplate | None = None
         self._template_choice: str | None = None
+        # The stored chats, as lookup caches for a managed server that drafts with ngram-cache (``learn_history``).
+        self._read_history: Callable[[], Iterable[StoredReply]] | None = None
+        self._lookup: LookupCacheBuilder | None = None
+        self._lookup_dir: Path | None = None
+        self._forgotten: set[int] = set()
+        self._forget_pending = False  # set by forget_chat from any thread, acted on before the next reply
+        self._running_cache_args: list[str] = []
+        self._cache_problem = ""  # why the server runs without the caches it was given
         try:
             self._open(config)
         except BaseException:
@@ -115,8 +138,10 @@ class LlamaServerBackend:
             # The vocabulary first: a GGUF llama.cpp cannot read is one line here, not a server that died at start.
             self._vocab = Model(config.target.path, role="target", vocab_only=True) if local else None
         if kind.starts_process:
-            self.process = ServerProcess(find_server(backend.binary), server_args(config),
+            caches = self._ready_cache_args(config)
+            self.process = ServerProcess(find_server(backend.binary), server_args(config) + caches,
                                          ready_timeout=backend.ready_timeout)
+            self._running_cache_args = caches
             self.url = self.process.url
         else:
             self.url = (backend.url or "").rstrip("/")
@@ -170,6 +195,10 @@ class LlamaServerBackend:
     @property
     def notes(self) -> list[str]:
         notes = [self.template.note] if self.template is not None and self.template.note else []
+        if self._lookup is not None and self._lookup.problem:
+            notes.append(self._lookup.problem)
+        if self._cache_problem:
+            notes.append(self._cache_problem)
         if self.config.spec.adaptive and spec_type(self.config) != "none":
             notes.append("n_max = \"auto\" is specchat's own cost model; llama-server drafts its default length"
                          f" ({SERVER_DEFAULT_N_MAX}) instead")
@@ -219,6 +248,8 @@ class LlamaServerBackend:
             again = "started again" if self.process is not None else f"in use again ({self.url})"
             raise SwitchFailed(f"{exc} — the previous server was {again}", self) from None
         self.config = self._running = config
+        if reads_lookup_caches(config) and (self._lookup is None or self._lookup.model_path != config.target.path):
+            self._write_lookup_caches()  # a target of its own: its token ids, its caches
         return "server restarted" if self.process is not None else "reconnected"
 
     def _stop_process(self) -> None:
@@ -229,6 +260,7 @@ class LlamaServerBackend:
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
                should_stop: Callable[[], bool] = lambda: False, top: int = 0) -> Iterator[Event]:
         if self.process is not None:
+            self._follow_history()
             self.process.ensure_running()
             reset_peak_rss(self.process.pid)
         return self._reply(history, text, max_tokens, should_stop, top)
@@ -316,11 +348,86 @@ class LlamaServerBackend:
             self.chat.restore([])
 
     def learn_history(self, read: Callable[[], Iterable[StoredReply]], *, wait: bool = False) -> None:
-        """Nothing: the server drafts in its own process ("suffix" runs there as its ngram-cache, which learns from
-        what it generates, not from the chats store)."""
+        """The stored replies as llama.cpp's lookup caches, where a server specchat starts drafts with ngram-cache
+        ("suffix" runs there as it): written on a thread of its own, then the server is restarted with them before the
+        next reply — unless ``wait``, which returns once it runs with them (a script's one reply). A remote server and
+        the other spec types draft without them."""
+        self._read_history = read
+        self._write_lookup_caches()
+        if wait and self._lookup is not None:
+            self._lookup.done.wait()
+            self._follow_history()
 
     def forget_chat(self, conversation_id: int) -> None:
-        """Nothing: the server was never given the stored chats."""
+        """A stored chat was deleted (or made private): before the next reply a server that keeps what it was told
+        (its n-gram tables hold every request since it started) is started again, without caches that hold the chat,
+        and they are written again without it."""
+        self._forgotten.add(conversation_id)
+        if self.process is not None and learns_across_requests(self.config):
+            self._forget_pending = True
+
+    def _write_lookup_caches(self) -> None:
+        """A new build of the caches for this configuration (none where the server does not read them); the one it
+        replaces writes nothing more, and its files go once the server no longer reads them."""
+        if self._lookup is not None:
+            self._lookup.cancel()
+        self._lookup = None
+        if self._read_history is None or self.process is None or self._vocab is None or self.template is None \
+                or not reads_lookup_caches(self.config):
+            return
+        if self._lookup_dir is None:
+            self._lookup_dir = Path(tempfile.mkdtemp(prefix="specchat-lookup-"))  # the owner's alone: chats' n-grams
+        self._lookup = LookupCacheBuilder(self._read_history, self.config.target.path, self._target_id, self.template,
+                                          paths.cache_dir() / "history" / f"{self._target_id}.npz",
+                                          Path(tempfile.mkdtemp(dir=self._lookup_dir)), frozenset(self._forgotten))
+
+    def _ready_cache_args(self, config: RunConfig) -> list[str]:
+        """The flags of the lookup caches ``config``'s server drafts from now: none until they are written, nor while
+        a chat they hold was forgotten and they are written again."""
+        lookup = self._lookup
+        if lookup is None or self._forget_pending or not lookup.done.is_set() or not reads_lookup_caches(config) \
+                or lookup.model_path != config.target.path:
+            return []
+        return cache_args(lookup.files)
+
+    def _follow_history(self) -> None:
+        """Before a reply: a server restarted with the lookup caches just written, or, after a chat was forgotten,
+        without what it learned and without the caches that hold the chat (costing that reply one server start)."""
+        if self.process is None:
+            return
+        forgetting = self._forget_pending
+        if forgetting:
+            self._forget_pending = False
+            self._write_lookup_caches()  # anew, without the forgotten chats; until then without caches
+        wanted = self._ready_cache_args(self.config)
+        if wanted == self._running_cache_args and not forgetting:
+            return
+        self.process.stop()
+        self.process.args = server_args(self._running) + wanted
+        try:
+            self.process.start()
+        except SpecchatError as exc:
+            if not wanted:
+                raise
+            # Files it cannot read stop llama.cpp at start: the chat goes on without them, and says so.
+            self._cache_problem = f"earlier chats are not drafted from: the server would not start with them ({exc})"
+            assert self._lookup is not None  # the caches it was started with are this build's
+            self._lookup.cancel()
+            self._lookup = None
+            wanted = []
+            self.process.args = server_args(self._running)
+            self.process.start()
+        self._running_cache_args = wanted
+        self._drop_unread_caches()
+
+    def _drop_unread_caches(self) -> None:
+        """Every build's folder but the current one's, once the server reads none of them (they hold chats' n-grams)."""
+        if self._lookup_dir is None:
+            return
+        keep = self._lookup.folder if self._lookup is not None else None
+        for folder in self._lookup_dir.iterdir():
+            if folder != keep:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def model_files(self) -> dict[str, Path]:
         if self.process is None:
@@ -333,6 +440,10 @@ class LlamaServerBackend:
     def close(self) -> None:
         self._stop_process()
         self._close_vocab()
+        if self._lookup is not None:
+            self._lookup.cancel()  # a build still running writes nothing into the folder going now
+        if self._lookup_dir is not None:
+            shutil.rmtree(self._lookup_dir, ignore_errors=True)
 
 
 KIND = BackendKind("llama-server", "llama-server", LlamaServerBackend, starts_process=True, server_keys=True)

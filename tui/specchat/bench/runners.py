@@ -72,7 +72,7 @@ def combine_turns(runner: str, task: str, rep: int, turns: list[RunResult], *, s
     extra.update(turns=len(turns), ttft_turns=[t.ttft for t in turns], generated_turns=[t.generated for t in turns],
                  prompt_turns=[t.extra.get("prompt_tokens") for t in turns],
                  prefill_turns=[t.extra.get("prefill_tokens") for t in turns],
-                 finish_turns=[t.extra.get("finish_reason") for t in turns])
+                 finish_turns=[t.extra.get("finish_reason") for t in turns], text_turns=[t.text for t in turns])
     # Spec-Bench's "mean accepted tokens": the tokens each target step yields (1.00 for plain decoding), where the
     # steps are known. The first token of each turn comes from its prefill; a turn that ends with the end-of-reply
     # token spent a step on it, which yielded it, though it is not shown.

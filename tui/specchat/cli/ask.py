@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import signal
-import sqlite3
 import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
@@ -70,26 +69,6 @@ def open_backend_for(args: argparse.Namespace):  # -> Backend, imported lazily s
     from ..profiles import load_profile, run_config
 
     return open_backend(run_config(load_profile(args.profile), **overrides(args)))
-
-
-def learn_history(backend) -> None:
-    """The chats the app and the REPL stored, for a method that drafts from them ("suffix"), read as the app reads
-    them. A script's reply is its one reply, so it waits for the index (the app's never do): about a second for a few
-    hundred chats, 12 s for ten thousand messages once their tokens are cached (benchmarks/history_index.py)."""
-    from functools import partial
-
-    from ..chats.recall import stored_replies
-    from ..chats.store import Store, StoreError
-
-    db = paths.chats_db()
-    if not db.is_file():
-        return
-    try:
-        Store(db).close()  # an older schema is migrated first, as the app would
-    except (StoreError, sqlite3.DatabaseError) as exc:
-        print(f"specchat: note: earlier chats are not drafted from: {exc}", file=sys.stderr)
-        return
-    backend.learn_history(partial(stored_replies, db), wait=True)
 
 
 def use_color(choice: str, stream: TextIO) -> bool:
@@ -168,7 +147,10 @@ def run(args: argparse.Namespace) -> int:
     with told_while_deriving(lambda line: print(f"specchat: {line}", file=sys.stderr, flush=True)):
         backend = open_backend_for(args)
     try:
-        learn_history(backend)
+        from ..chats.recall import learn_stored_chats
+
+        if problem := learn_stored_chats(backend, paths.chats_db()):
+            print(f"specchat: note: {problem}", file=sys.stderr)
         for note in backend.notes:
             print(f"specchat: note: {note}", file=sys.stderr)
         system = backend.config.system_prompt

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..backends.run_config import RunConfig
+from .. import paths
+from ..backends.run_config import SPEC_TYPES, RunConfig, known_spec_type
 from ..backends.llama_server import uses_draft_model
 from ..bench import categories as by_category
 from ..bench import report as reporting
 from ..bench.progress import Progress
+from ..bench.saved_chats import save_as_chats
 from ..bench.runners import (
     LLAMA_SERVER_TYPES,
     LlamaCppPythonRunner,
@@ -30,6 +32,7 @@ from ..bench.spec_bench import (
     suite_path,
 )
 from ..bench.tasks import Task, load_tasks
+from ..chats.recall import learn_stored_chats
 from ..errors import ConfigError, SpecchatError
 from ..profiles import load_profile, run_config
 from .options import add_profile_option
@@ -52,9 +55,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "included (llama-server's ngram-mod keeps its map across requests), as when asking again or regenerating",
     )
     parser.add_argument(
+        "--save-chats", action="store_true",
+        help="keep each question's replies in your chats store, as a chat of its own ('bench: NAME'), for --history "
+        "runs, the app, the REPL and ask to draft from",
+    )
+    parser.add_argument(
+        "--history", action="store_true",
+        help="draft from your stored chats (earlier --save-chats runs among them) as the app does; llama-server is "
+        "given the same: its ngram-cache type (added) lookup caches written from them, and every type keeps what it "
+        "learns across requests, so a question's warm-up run is its earlier run",
+    )
+    parser.add_argument(
         "--peers", default="",
         help="comma-separated: llama-cpp-python, lookup (llama-cpp-python prompt lookup), llama-server[=PATH] "
         f"(runs --spec-type {', '.join(LLAMA_SERVER_TYPES)}), or all",
+    )
+    parser.add_argument(
+        "--server-types", default="",
+        help="llama-server's spec types to run, separated by spaces (each may be a comma-separated list, as "
+        "'ngram-mod,draft-simple'; default: every one above that the profile allows, with --history ngram-cache too)",
     )
 
 
@@ -100,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and args.plot.suffix.lower() not in (".png", ".svg"):
         raise ConfigError(f"--plot must end in .png or .svg, got {args.plot.name}")
     peers = _parse_peers(args.peers)
+    server_types = _server_types(args.server_types, history=args.history)
+    if args.server_types and not any(peer == "llama-server" for peer, _ in peers):
+        raise ConfigError("--server-types chooses llama-server's types — add --peers llama-server")
     profile = load_profile(args.profile)
     # Measured at the profile's thread count, as the peers are: a run that adapts to a busy machine compares unequal runs.
     config = dataclasses.replace(run_config(profile), adapt_threads=False)
@@ -112,12 +134,22 @@ def run(args: argparse.Namespace) -> int:
 
     warm = args.memory == "warm"
     runners: list[Any] = specchat_runners(config, warm=warm)
+    target_id = runners[0].backend.target_id
     try:
-        runners += _open_peers(peers, config, warm, errors)
+        if args.history:
+            _learn_stored_chats(runners[0], errors)
+        runners += _open_peers(peers, config, warm, errors, server_types, history=args.history)
         runs = _alternate(runners, tasks, args.repeat, errors, Progress.for_stream(sys.stderr))
     finally:
         for runner in runners:
             runner.close()
+    if args.save_chats:
+        try:
+            saved = save_as_chats(paths.chats_db(), tasks, runs, profile=profile.name,
+                                  system_prompt=config.system_prompt, target_id=target_id)
+        except SpecchatError as exc:
+            raise SpecchatError(f"the replies were not saved as chats: {exc}") from None
+        _progress(f"saved {saved} chats to {paths.chats_db()} (titles 'bench: …'; `specchat chats` lists them)")
 
     report = reporting.build_report(
         runs,
@@ -127,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
                  "backend": config.backend.kind, "temperature": config.sampling.temperature},
         settings={"repeat": args.repeat, "tasks": str(args.tasks) if args.tasks else args.suite or "bundled",
                   "peers": [p for p, _ in peers], "memory": args.memory, "per": args.per, "seed": args.seed,
-                  "questions": [t.name for t in tasks], "max_tokens": args.max_tokens},
+                  "questions": [t.name for t in tasks], "max_tokens": args.max_tokens, "history": args.history,
+                  "save_chats": args.save_chats, "llama_server_memory": "warm" if warm or args.history else "cold"},
         errors=errors, greedy=config.sampling.greedy, copy_heavy={t.name for t in tasks if t.copy_heavy},
         spec_runner=runners[1].name(), categories={t.name: t.category for t in tasks if t.category},
     )
@@ -151,17 +184,43 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report["output_changed"] else 0
 
 
-def _open_peers(peers: list[tuple[str, str | None]], config: RunConfig, warm: bool, errors: list[str]) -> list[Any]:
-    """Every peer asked for; one that cannot start is one line in the report, and the rest goes on."""
+def _learn_stored_chats(runner: Any, errors: list[str]) -> None:
+    """The stored chats given to a runner's backend (waiting until they are indexed); why not, as a line."""
+    try:
+        problem = learn_stored_chats(runner.backend, paths.chats_db())
+    except SpecchatError as exc:  # a server that would not start again with them, say
+        problem = f"earlier chats are not drafted from: {exc}"
+    if problem:
+        errors.append(f"{runner.name()}: {problem}")
+        _progress(problem)
+
+
+def _server_types(text: str, *, history: bool) -> tuple[str, ...]:
+    if not text:
+        return LLAMA_SERVER_TYPES + (("ngram-cache",) if history else ())
+    chosen = tuple(text.split())
+    for spec_type in chosen:
+        if not known_spec_type(spec_type):
+            raise ConfigError(f"--server-types: unknown spec type {spec_type!r} — llama.cpp's are {', '.join(SPEC_TYPES)}"
+                              ", or a comma-separated list of them")
+    return chosen
+
+
+def _open_peers(peers: list[tuple[str, str | None]], config: RunConfig, warm: bool, errors: list[str],
+                server_types: tuple[str, ...], *, history: bool = False) -> list[Any]:
+    """Every peer asked for; one that cannot start is one line in the report, and the rest goes on. With ``history``
+    llama-server's types are given the stored chats as far as each can take them (``--history``)."""
     opened: list[Any] = []
     for peer, value in peers:
         if peer == "llama-server":
-            for spec_type in LLAMA_SERVER_TYPES:
+            for spec_type in server_types:
                 if uses_draft_model(spec_type) and config.draft is None:
                     errors.append(f"llama-server {spec_type} skipped: the profile has no draft model")
                     continue
                 try:
-                    opened.append(llama_server_runner(spec_type, config, value, warm=warm))
+                    opened.append(llama_server_runner(spec_type, config, value, warm=warm or history))
+                    if history:
+                        _learn_stored_chats(opened[-1], errors)
                 except PeerError as exc:
                     errors.append(str(exc))
                     _progress(f"peer skipped: {exc}")

@@ -298,6 +298,21 @@ def documents_of(replies: Iterable[StoredReply], target_id: str, template: ChatT
     return documents
 
 
+def cached_documents(read: Callable[[], Iterable[StoredReply]], vocab: Model, target_id: str, template: ChatTemplate,
+                     cache_path: Path, between: Callable[[], None]) -> list[tuple[Origin, list[int]]]:
+    """Every stored reply ``read`` yields as the tokens it is indexed by (``documents_of``), tokenized with ``vocab`` —
+    freed here — where the token cache at ``cache_path`` does not hold them; the cache is then saved with only what
+    was used."""
+    cache = TokenCache(cache_path)
+    try:
+        documents = documents_of(read(), target_id, template, lambda text: vocab.tokenize(text, add_special=False),
+                                 between, cache)
+    finally:
+        vocab.close()
+    cache.save()
+    return documents
+
+
 class _Stopped(Exception):
     """The build was stopped (``HistoryBuilder.stop``)."""
 
@@ -331,13 +346,7 @@ class HistoryBuilder:
                template: ChatTemplate, cache_path: Path) -> None:
         lowest_priority()
         try:
-            cache = TokenCache(cache_path)
-            try:
-                documents = documents_of(read(), target_id, template,
-                                         lambda text: vocab.tokenize(text, add_special=False), self._between, cache)
-            finally:
-                vocab.close()
-            cache.save()
+            documents = cached_documents(read, vocab, target_id, template, cache_path, self._between)
             index = HistoryIndex(documents, self._between)
             self._between()
         except _Stopped:
