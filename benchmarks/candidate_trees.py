@@ -18,19 +18,15 @@ GPU-like curve (a row 2 % of a step), where trees are known to pay.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import statistics
 from collections import defaultdict
 
-from ngram_replay import Reply, draft_limit, record  # the same recorded replies and limits as the draft-length replay
+from ngram_replay import Reply, draft_limit, recorded, swept  # the draft-length replay's replies, limits and sweep
 
-from specchat.cli.bench import add_task_options, chosen_tasks
-from specchat.engine.core import Engine
+from specchat.cli.bench import add_task_options
 from specchat.engine.draft_length.auto import VerifyCost
-from specchat.engine.draft_length.costs import measure_verify_cost, sizes_up_to
 from specchat.engine.llama import common_prefix
-from specchat.profiles import load_profile, run_config
 
 MATCHES = range(8, 1, -1)  # the longest match first
 CHAIN = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -93,15 +89,8 @@ def main() -> None:
     add_task_options(parser)
     parser.add_argument("--profile", default="ngram")
     args = parser.parse_args()
-    config = dataclasses.replace(run_config(load_profile(args.profile)), adapt_threads=False)
-    engine = Engine(dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")))
-    tasks, problems = chosen_tasks(args)
-    for problem in problems:
-        print(problem)
-    replies = record(engine, tasks)
-    verify = measure_verify_cost(engine.ctx, max(engine.target.bos, 0), sizes_up_to(33))
-    print(f"verify sweep: {', '.join(f'{b}: {s / verify(1):.2f}' for b, s in zip(verify.sizes, verify.seconds))} "
-          f"plain steps; exact up to {verify.exact} rows")
+    engine, replies = recorded(args)
+    verify = swept(engine, 33)
     policies = {"chain": [(k,) for k in CHAIN], "tree of 2": TREE, "tree of 3": [(k, m, m) for k, m in TREE]}
     for curve_name, curve in (("this machine", verify), ("GPU-like (a row 2 % of a step)", gpu_like(verify))):
         by_task: dict[str, dict[str, float]] = {}

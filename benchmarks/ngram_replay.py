@@ -215,23 +215,34 @@ def copy_ceiling(reply: Reply, verify: VerifyCost) -> float:
     return (len(reply.tokens) - 1) * verify(1) / cost[start]
 
 
+def recorded(args: argparse.Namespace) -> tuple[Engine, list[Reply]]:
+    """The chosen tasks' greedy replies (``record``), on an engine of the profile's target decoding plainly."""
+    config = dataclasses.replace(run_config(load_profile(args.profile)), adapt_threads=False)
+    engine = Engine(dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")))
+    tasks, problems = chosen_tasks(args)
+    for problem in problems:
+        print(problem)
+    return engine, record(engine, tasks)
+
+
+def swept(engine: Engine, largest: int) -> VerifyCost:
+    """A verify sweep up to ``largest`` rows on the engine's context, printed in plain steps."""
+    verify = measure_verify_cost(engine.ctx, max(engine.target.bos, 0), sizes_up_to(largest))
+    print(f"verify sweep: {', '.join(f'{b}: {s / verify(1):.2f}' for b, s in zip(verify.sizes, verify.seconds))} "
+          f"plain steps; exact up to {verify.exact} rows")
+    return verify
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_task_options(parser)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="ngram")
     args = parser.parse_args()
-    config = dataclasses.replace(run_config(load_profile(args.profile)), adapt_threads=False)
-    engine = Engine(dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")))
-    tasks, problems = chosen_tasks(args)
-    for problem in problems:
-        print(problem)
-    replies = record(engine, tasks)
-    verify = measure_verify_cost(engine.ctx, max(engine.target.bos, 0), sizes_up_to(AUTO_K_MAX["ngram"] + 1))
+    engine, replies = recorded(args)
+    verify = swept(engine, AUTO_K_MAX["ngram"] + 1)
     k_max = min(AUTO_K_MAX["ngram"], verify.exact - 1)
-    print(f"verify sweep: {', '.join(f'{b}: {s / verify(1):.2f}' for b, s in zip(verify.sizes, verify.seconds))} "
-          f"plain steps; exact up to {verify.exact} rows")
-    spec = config.spec
+    spec = engine.config.spec
     drafter = NgramDrafter(spec.ngram_min, spec.ngram_max)
     rules = engine.speculation.rules
     makers: dict[str, Callable[[], Policy | object]] = {
