@@ -30,7 +30,7 @@ from specchat.engine.llama import common_prefix
 
 MATCHES = range(8, 1, -1)  # the longest match first
 CHAIN = (1, 2, 3, 4, 6, 8, 12, 16)
-TREE = tuple(itertools.product((1, 2, 3, 4, 6, 8, 12), (1, 2, 3, 4, 6)))
+TREE = tuple(itertools.product(CHAIN, (1, 2, 3, 4, 6)))  # a tree's first branch as long as a chain's
 
 
 def branches(seq: list[int], pos: int, seen: dict[tuple[int, ...], list[int]], width: int, depth: int) -> list[list[int]]:

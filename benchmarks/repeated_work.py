@@ -4,8 +4,10 @@
 For each family of ``repeated_work.toml`` its ``earlier`` prompts are answered first by the target decoding plainly,
 each in a chat of its own, and saved in a fresh chats database through the store, as the app saves them. Then every
 ``now`` prompt is timed, each in a new chat, by: specchat plain decoding, the ``ngram`` preset, the ``suffix`` preset
-(its index built from that database before timing starts, as it is at start-up), and llama-server's types — those
-that learn across requests (ngram-mod's map, ngram-cache) warmed first with the earlier prompts. Runners alternate
+(its index built from that database before timing starts, as it is at start-up), and llama-server's types given the
+same database as a managed server is given it (``ngram-cache`` reads static and dynamic lookup caches written from its
+replies, ``backends/lookup_cache.py``), every type also warmed first with the earlier prompts, which ngram-mod's map
+and ngram-cache's dynamic table keep across requests. Runners alternate
 within each repetition; a figure is the median over repetitions of a runner's decode tok/s over plain decoding's on
 the same prompt (Spec-Bench's measure). Greedy output is checked identical to plain decoding everywhere.
 
@@ -24,9 +26,10 @@ from pathlib import Path
 from specchat.backends import open_backend
 from specchat.bench.runners import BackendRunner, PeerError, llama_server_runner
 from specchat.bench.tasks import Task
-from specchat.chats.recall import stored_replies
+from specchat.chats.recall import learn_stored_chats
 from specchat.chats.store import Store, StoredMessage
 from specchat.engine.engine_config import without_speculation
+from specchat.errors import SpecchatError
 from specchat.profiles import load_profile, run_config
 
 HERE = Path(__file__).parent
@@ -72,20 +75,22 @@ def main() -> None:
         db = Path(folder) / "chats.sqlite3"
         stored = store_earlier(db, plain, found, args.max_tokens)
         backend.apply(suffix)  # the index is built for a method that reads it
-        backend.learn_history(lambda: stored_replies(db))
-        backend.engine.wait_for_history()
-    index = backend.engine.history.index
-    print(f"{stored} earlier chats stored; the index holds {index.documents} replies, {index.tokens} tokens")
-    for spec_type in filter(None, args.peers.split(",")):
-        try:
-            peer = llama_server_runner(spec_type, ngram, None, warm=True)
-        except PeerError as exc:
-            print(f"skipped: {exc}")
-            continue
-        for family in found:  # what llama-server learns across requests, it learns from the same earlier work
-            for i, prompt in enumerate(family["earlier"]):
-                peer.run(Task(f"{family['name']}-earlier-{i}", prompt, max_tokens=args.max_tokens), -1)
-        runners.append(peer)
+        learn_stored_chats(backend, db)
+        index = backend.engine.history.index
+        print(f"{stored} earlier chats stored; the index holds {index.documents} replies, {index.tokens} tokens")
+        for spec_type in filter(None, args.peers.split(",")):
+            try:
+                peer = llama_server_runner(spec_type, ngram, None, warm=True)
+                problem = learn_stored_chats(peer.backend, db)
+            except (PeerError, SpecchatError) as exc:
+                print(f"skipped: {exc}")
+                continue
+            if problem:
+                print(f"{peer.name()}: {problem}")
+            for family in found:  # what llama-server learns across requests, it learns from the same earlier work
+                for i, prompt in enumerate(family["earlier"]):
+                    peer.run(Task(f"{family['name']}-earlier-{i}", prompt, max_tokens=args.max_tokens), -1)
+            runners.append(peer)
     tasks = [(family["name"], Task(f"{family['name']}-{i}", prompt, max_tokens=args.max_tokens))
              for family in found for i, prompt in enumerate(family["now"])]
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -104,8 +109,9 @@ def main() -> None:
                 if result.text != base.text:
                     mismatches.append((name, task.name, rep))
     names = [runner.name() for runner in runners]
+    width = max(map(len, names)) + 2  # a column as wide as the longest runner's name, so none run together
     print(f"\ndecode speed-up over plain decoding, median of {args.repeat} alternated runs per prompt\n")
-    print(f"{'family':16}" + "".join(f"{name:>24}" for name in names))
+    print(f"{'family':16}" + "".join(f"{name:>{width}}" for name in names))
     overall: dict[str, list[float]] = defaultdict(list)
     for family in found:
         row = f"{family['name']:16}"
@@ -113,12 +119,12 @@ def main() -> None:
             medians = [statistics.median(ratios[name, task.name]) for f, task in tasks
                        if f == family["name"] and ratios[name, task.name]]
             overall[name] += medians
-            row += f"{statistics.fmean(medians):>23.2f}×" if medians else f"{'–':>24}"
+            row += f"{statistics.fmean(medians):>{width - 1}.2f}×" if medians else f"{'–':>{width}}"
         print(row)
-    print(f"{'all':16}" + "".join(f"{statistics.fmean(overall[n]):>23.2f}×" if overall[n] else f"{'–':>24}"
-                                  for n in names))
-    print(f"{'acceptance':16}" + "".join(f"{statistics.fmean(accepted[n]):>24.0%}" if accepted[n] else f"{'–':>24}"
-                                         for n in names))
+    print(f"{'all':16}" + "".join(f"{statistics.fmean(overall[n]):>{width - 1}.2f}×" if overall[n]
+                                  else f"{'–':>{width}}" for n in names))
+    print(f"{'acceptance':16}" + "".join(f"{statistics.fmean(accepted[n]):>{width}.0%}" if accepted[n]
+                                         else f"{'–':>{width}}" for n in names))
     print("\ngreedy output identical to plain decoding everywhere" if not mismatches
           else f"\nDIFFERENT from plain decoding: {mismatches}")
     for runner in runners:

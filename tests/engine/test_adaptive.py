@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from specchat.engine.draft_length.adaptive import CALIBRATE_EVERY, EXPLORE_EVERY, EXPLORE_FROM, Adaptive, judged_against, lengthened
+from specchat.engine.draft_length.adaptive import (CALIBRATE_EVERY, EXPLORE_EVERY, EXPLORE_FROM, REPRICE_EVERY, Adaptive,
+                                                 judged_against, lengthened)
 from specchat.engine.draft_length.auto import VerifyCost
 from specchat.engine.draft_length.memory import AutoMemory
 from specchat.engine.drafters import METHODS, NO_DRAFT, Draft
 from specchat.engine.drafters.combined import CopyThenModel
 from specchat.engine.drafters.ngram import NgramDrafter
-from specchat.engine.draft_length.learned_costs import LearnedVerifyCost
+from specchat.engine.draft_length.learned_costs import LEARN_STEPS, LearnedVerifyCost
 from specchat.engine.loop import Rules, StepOutcome
 from specchat.engine.sampling import SamplingParams
 
@@ -21,7 +22,8 @@ K_MAX = {"draft": 16, "ngram": 64}
 
 def adaptive(tmp_path, method: str = "ngram+draft") -> Adaptive:
     return Adaptive.open(LearnedVerifyCost(SWEEP), METHODS[method].copies, K_MAX, 0.004 if "draft" in method else None,
-                         AutoMemory(tmp_path / "memory.json"), "auto|test", "costs|test", depth=0)
+                         AutoMemory(tmp_path / "memory.json"), "auto|test", "costs|test", depth=0,
+                         recalls=METHODS[method].reads_history)
 
 
 def step(drafted: int, accepted: int, token: int, tokens: list[int], copied: bool, match: int = 0) -> StepOutcome:
@@ -43,6 +45,32 @@ def test_a_copy_turned_down_is_judged_at_its_own_match_length(tmp_path):
     assert gained[classes.index(6)].tolist() == pytest.approx([2.0, 0.0])
     assert gained[classes.index(8)].tolist() == pytest.approx([1.0, 0.0])
     assert np.isclose(gained[:classes.index(6)], 0).all()
+
+
+def test_copies_of_stored_chats_learn_apart_from_copies_of_the_conversation(tmp_path):
+    """Method "suffix" copies from two sources that survive differently: a stored reply that answered the same question
+    goes on as copied where a copy of the open chat's own text breaks. Priced by one set of hazards, the conversation's
+    misses at long matches cut the stored reply's copies short too (2026-12-05: a stored reply accepted whole was
+    verified 3 tokens a step). Each source learns its own, the step's fading reaches both, and both are kept."""
+    auto = adaptive(tmp_path, "suffix")
+    stored = (7, 42)  # (chat, message) of a stored reply
+    auto.begin_reply()
+    for i in range(40):  # the conversation's long copies break after two tokens; the stored reply's are all right
+        auto.observe(step(4, 2, 99, [1, 2, 3, 4], copied=True, match=30), depth=i)
+        outcome = step(8, 8, 9, list(range(8)), copied=True, match=30)
+        outcome.draft = Draft(list(range(8)), match=30, from_text=True, origin=stored)
+        auto.observe(outcome, depth=i)
+    conversation = Draft(list(range(64)), match=30, from_text=True)
+    recalled = Draft(list(range(64)), match=30, from_text=True, origin=stored)
+    assert auto.copy_length(conversation) <= 2
+    assert auto.copy_length(recalled) >= 8 and auto.k == auto.copy_length(recalled)
+    long = list(auto.hazards.edges).index(32)  # the class of effective matches 32 to 63
+    assert auto.hazards.hazards()[long] > 0.3 > 0.05 > auto.recalled.hazards()[long]
+    auto.keep()
+    again = adaptive(tmp_path, "suffix")
+    assert np.allclose(again.recalled.evidence, auto.recalled.evidence)
+    assert np.allclose(again.hazards.evidence, auto.hazards.evidence)
+    assert adaptive(tmp_path / "other", "ngram").recalled is None  # a method that reads no stored chats has none
 
 
 def test_judged_against_what_the_target_chose():
@@ -89,6 +117,36 @@ def test_plain_and_longer_steps_come_now_and_then_within_the_longest_draft(tmp_p
     assert auto.calibrating  # drafting has not paused for 31 steps: the next one is plain
     auto.observe(step(0, 0, 9, [], copied=False), depth=40)
     assert not auto.calibrating
+
+
+def test_a_batch_priced_too_dear_is_found_out_where_copies_are_short_for_its_price(tmp_path):
+    """A busy minute timed 8-row verifies at twice their cost; the policy then verified a stored reply 3 tokens a step
+    and, exploring only drafts of 4 or more, never timed a longer batch again: the price stayed and the copies stayed
+    short (2026-12-05: a correction of e^0.62 at 8 rows kept "auto" at 3 tokens while the engine verified 9 rows in
+    5.3 plain steps, which pays 1.7× against 3 tokens' 1.4×). A copy likely to survive twice its planned length is
+    explored as long drafts are: the true price is learned and the drafts grow."""
+    auto = adaptive(tmp_path, "suffix")
+    for drafted in (0, 1, 3) * LEARN_STEPS:  # the small batches timed at what they cost
+        auto.observe(step(drafted, drafted, 9, list(range(drafted)), copied=True, match=30), depth=0)
+    for i in range(LEARN_STEPS):  # then a busy minute
+        busy = step(7, 7, 9, list(range(7)), copied=True, match=30)
+        busy.t_batch = 2 * SWEEP(8)
+        auto.observe(busy, depth=0)
+    assert auto.steps % REPRICE_EVERY == 0  # (the policies were priced after it)
+    stored_reply = Draft(list(range(64)), match=30, from_text=True, origin=(7, 42))
+    auto.begin_reply()
+    first = auto.copy_length(stored_reply)
+    assert first <= 4  # priced as the busy minute said
+    lengths = []
+    for i in range(256):  # the stored reply is copied right, every batch costs what the sweep said
+        k, choose = auto.plan(64)
+        kept = min(choose(stored_reply), 63) if choose is not None and k else 0
+        lengths.append(kept)
+        outcome = step(kept, kept, 9, list(range(kept)), copied=True, match=30)
+        outcome.draft = Draft(list(range(kept)), match=30, from_text=True, origin=(7, 42)) if kept else NO_DRAFT
+        auto.observe(outcome, depth=0)
+    assert max(lengths[:EXPLORE_EVERY]) > first  # the first exploring step already drafts longer
+    assert auto.copy_length(stored_reply) >= 7  # what a copy always right pays on the true curve
 
 
 def test_the_draft_cost_learns_only_from_caught_up_drafts(tmp_path):

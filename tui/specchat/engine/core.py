@@ -215,7 +215,7 @@ class Engine:
 
     def _index_history_if_read(self) -> None:
         if self._read_history is None or self._history_builder is not None \
-                or not METHODS[self.config.spec.method].reads_history:
+                or not self.config.spec.reads_history:
             return
         target = self.target
         self._history_builder = HistoryBuilder(self.speculation.history, self._read_history, target.path,

@@ -85,6 +85,11 @@ class SpecConfig:
         """Drafts by copying earlier text (the n-gram drafter)."""
         return METHODS[self.method].copies
 
+    @property
+    def reads_history(self) -> bool:
+        """Copies from the user's stored chats too (method "suffix")."""
+        return METHODS[self.method].reads_history
+
 
 @dataclass(frozen=True)
 class EngineConfig:

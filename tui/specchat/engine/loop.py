@@ -94,7 +94,8 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
     t_draft = perf_counter() - start
     ignored = 0
     if draft.q is None and 0 < len(draft.tokens) < rules.n_min:
-        ignored, draft = len(draft.tokens), Draft([], None, draft.withheld, draft.match, from_text=draft.from_text)
+        ignored, draft = len(draft.tokens), Draft([], None, draft.withheld, draft.match, from_text=draft.from_text,
+                                                  origin=draft.origin)
     next_proposed = proposal[len(draft.tokens)] if draft.q is None and len(proposal) > len(draft.tokens) else None
 
     # 2. Verify in one batch. A drafted id the target does not have cannot be decoded; it is rejected (p = 0), so

@@ -182,7 +182,7 @@ class Speculation:
                f"|temperature={sampling.temperature}|top_k={sampling.top_k}|top_p={sampling.top_p}"
                f"|min_p={sampling.min_p}")
         return Adaptive.open(self._learned_costs[costs_key], spec.copies, k_max, draft_cost,
-                             AutoMemory(paths.auto_memory_file()), key, costs_key, depth)
+                             AutoMemory(paths.auto_memory_file()), key, costs_key, depth, recalls=spec.reads_history)
 
     @staticmethod
     def _costs(model: Model, ctx: Context, settings: ModelSettings, sizes: tuple[int, ...]) -> VerifyCost:

@@ -1,10 +1,11 @@
 """``n_max = "auto"`` for one configuration: its draft-length policies, the verify costs they learn from every step the
 engine times (``learned_costs``), and what is kept from one process to the next (``memory``).
 
-A configuration drafting with a model has an ``AutoDraftLength``; one copying earlier text has ``MatchHazards``; the
-combined method (``combined``) has both. ``Adaptive`` is a ``draft_length.DraftLength``, as a fixed ``n_max`` is.
-The policies decide; this feeds them what each step showed, adds the plain and the longer steps that keep the learned
-costs true, and keeps what was learned.
+A configuration drafting with a model has an ``AutoDraftLength``; one copying earlier text has ``MatchHazards`` —
+two where it copies from the stored chats too, since how often a copy survives depends on where it was copied from
+(``recalled``); the combined method (``combined``) has both kinds. ``Adaptive`` is a ``draft_length.DraftLength``, as
+a fixed ``n_max`` is. The policies decide; this feeds them what each step showed, adds the plain and the longer steps
+that keep the learned costs true, and keeps what was learned.
 """
 
 from __future__ import annotations
@@ -31,12 +32,22 @@ REPRICE_EVERY = 8  # steps between looks at whether the learned costs moved enou
 EXPLORE_EVERY = 16
 EXPLORE_FACTOR = 2
 EXPLORE_FROM = 4
+# A copy planned shorter than that is explored too where it is this likely to survive the longer length: there a short
+# plan says the longer batches look dear, not that the copy is doubtful, and only timing one can say whether they are
+# (2026-12-05: 8-row verifies timed during a busy minute kept a stored reply at 3 tokens a step, never timed again).
+EXPLORE_SURVIVAL = 0.5
 
 
-def lengthened(k: int, step: int, k_max: int) -> int:
-    """The draft length of the step numbered ``step`` (from 0) whose policy planned ``k``: longer on an exploring
-    step, never beyond the policy's longest (``k_max``: within the sweep, and within the exact batches)."""
-    if k >= EXPLORE_FROM and step % EXPLORE_EVERY == EXPLORE_EVERY // 2:
+def exploring(step: int) -> bool:
+    """Whether the step numbered ``step`` (from 0) is one that drafts longer than planned (``EXPLORE_EVERY``)."""
+    return step % EXPLORE_EVERY == EXPLORE_EVERY // 2
+
+
+def lengthened(k: int, step: int, k_max: int, *, likely: bool = False) -> int:
+    """The draft length of the step numbered ``step`` whose policy planned ``k``: longer on an exploring step when at
+    least ``EXPLORE_FROM`` tokens were planned, or fewer and the draft is ``likely`` to survive the longer length;
+    never beyond the policy's longest (``k_max``: within the sweep, and within the exact batches)."""
+    if exploring(step) and (k >= EXPLORE_FROM or (likely and k > 0)):
         return min(k * EXPLORE_FACTOR, k_max)
     return k
 
@@ -44,7 +55,7 @@ def lengthened(k: int, step: int, k_max: int) -> int:
 @dataclass
 class Adaptive:
     costs: LearnedVerifyCost
-    hazards: MatchHazards | None  # n-gram drafts
+    hazards: MatchHazards | None  # n-gram drafts: copies of the open conversation (and this process's other replies)
     acceptance: AutoDraftLength | None  # model drafts
     draft_cost: LearnedDraftCost | None
     memory: AutoMemory
@@ -52,15 +63,21 @@ class Adaptive:
     costs_key: str  # of the learned costs', shared by every configuration of the same target and threads
     priced: VerifyCost  # the curve the policies were last priced with
     priced_draft: float = 0.0
+    # Copies of the user's stored chats (method "suffix"), learned apart: a stored reply that answered the same
+    # question goes on as copied long after a copy of this chat's own text would break (2026-12-05: with the same
+    # hazards for both, a stored reply accepted whole was verified 3 tokens a step).
+    recalled: MatchHazards | None = None
+    copied_last: MatchHazards | None = None  # whichever hazards chose the last copy's length
     model_drafted_last: bool = False  # the previous step verified a model draft (the draft model is caught up)
     since_plain: int = 0  # steps since the last plain one
     steps: int = 0  # steps learned from
 
     @classmethod
     def open(cls, costs: LearnedVerifyCost, copies: bool, k_max: dict[str, int], draft_cost: float | None,
-             memory: AutoMemory, key: str, costs_key: str, depth: int) -> Adaptive:
-        """The policies for a method's drafts — n-gram hazards for one that ``copies``, the draft model's acceptance
-        for one with a ``draft_cost`` — taking up what an earlier process kept."""
+             memory: AutoMemory, key: str, costs_key: str, depth: int, *, recalls: bool = False) -> Adaptive:
+        """The policies for a method's drafts — n-gram hazards for one that ``copies`` (and for its copies of stored
+        chats, apart, for one that ``recalls`` them), the draft model's acceptance for one with a ``draft_cost`` —
+        taking up what an earlier process kept."""
         costs.restore(memory.recall(costs_key))
         kept = memory.recall(key)
         state = kept if isinstance(kept, dict) else {}
@@ -68,6 +85,9 @@ class Adaptive:
         hazards = MatchHazards(priced, k_max["ngram"]) if copies else None
         if hazards is not None:
             hazards.restore(state.get("hazards"))
+        recalled = MatchHazards(priced, k_max["ngram"]) if copies and recalls else None
+        if recalled is not None:
+            recalled.restore(state.get("recalled hazards"))
         learned_draft = acceptance = None
         if draft_cost is not None:
             learned_draft = LearnedDraftCost(draft_cost)
@@ -75,7 +95,7 @@ class Adaptive:
             acceptance = AutoDraftLength(priced, learned_draft.seconds * slowed(costs, priced), k_max["draft"])
             acceptance.restore(state.get("acceptance"))
         return cls(costs, hazards, acceptance, learned_draft, memory, key, costs_key, priced,
-                   acceptance.draft_cost if acceptance is not None else 0.0)
+                   acceptance.draft_cost if acceptance is not None else 0.0, recalled=recalled, copied_last=hazards)
 
     @property
     def calibrating(self) -> bool:
@@ -91,15 +111,28 @@ class Adaptive:
         proposed; a model draft's from the acceptance seen."""
         if self.calibrating:
             return 0, None
-        hazards = self.hazards
-        if hazards is not None:  # (the combined method asks the draft model's policy itself when it does not copy)
-            return limit, lambda draft: min(self.lengthen(hazards.plan(draft.match, draft.survival), hazards),
-                                            hazards.cap, limit)
+        if self.hazards is not None:  # (the combined method asks the draft model's policy itself when it does not copy)
+            return limit, lambda draft: self._copied(draft, limit)
         return min(self.model_length(), limit), None
 
-    def copy_length(self, copy: Draft) -> int:
+    def _copied(self, copy: Draft, limit: int) -> int:
+        """How much of a proposed copy to verify: its hazards' plan, longer on an exploring step (a short plan too
+        where the copy is likely right: ``EXPLORE_SURVIVAL``), within what this reply has earned and ``limit``."""
+        hazards = self.hazards_of(copy)
+        self.copied_last = hazards
+        k = hazards.plan(copy.match, copy.survival)
+        likely = (0 < k < EXPLORE_FROM and exploring(self.steps)
+                  and hazards.survives(copy.match, EXPLORE_FACTOR * k, copy.survival) >= EXPLORE_SURVIVAL)
+        return min(lengthened(k, self.steps, hazards.k_max, likely=likely), hazards.cap, limit)
+
+    def hazards_of(self, copy: Draft) -> MatchHazards:
+        """The hazards that judge ``copy``: a stored chat's own, or the conversation's."""
         assert self.hazards is not None
-        return self.hazards.plan(copy.match, copy.survival)
+        return self.recalled if self.recalled is not None and copy.origin is not None else self.hazards
+
+    def copy_length(self, copy: Draft) -> int:
+        self.copied_last = self.hazards_of(copy)
+        return self.copied_last.plan(copy.match, copy.survival)
 
     def model_length(self) -> int:
         acceptance = self.acceptance
@@ -110,24 +143,30 @@ class Adaptive:
         """A new reply: the draft model has the new user turn to read before its first draft (not a caught-up one),
         and copies start short again (``auto.SLOW_START``)."""
         self.model_drafted_last = False
-        if self.hazards is not None:
-            self.hazards.begin_reply()
+        for hazards in self._copy_policies():
+            hazards.begin_reply()
 
     @property
     def k(self) -> int:
         """The draft length chosen last: the copy's, or the draft model's when it drafted last (combined method)."""
-        if self.hazards is not None and (self.acceptance is None or not self.model_drafted_last):
-            return self.hazards.k
+        if self.copied_last is not None and (self.acceptance is None or not self.model_drafted_last):
+            return self.copied_last.k
         assert self.acceptance is not None
         return self.acceptance.k
 
     @property
     def active(self) -> bool:
-        return any(p.active for p in (self.hazards, self.acceptance) if p is not None)
+        return any(p.active for p in (*self._copy_policies(), self.acceptance) if p is not None)
 
     @property
     def reason(self) -> str:
-        return "; ".join(p.reason for p in (self.hazards, self.acceptance) if p is not None and p.reason)
+        copies = self._copy_policies()
+        # copies are off only when neither source's would be verified; the conversation's hazards then say why
+        off = [copies[0]] if copies and not any(h.active for h in copies) else []
+        return "; ".join(p.reason for p in (*off, self.acceptance) if p is not None and p.reason)
+
+    def _copy_policies(self) -> tuple[MatchHazards, ...]:
+        return tuple(h for h in (self.hazards, self.recalled) if h is not None)
 
     def observe(self, outcome: StepOutcome, depth: int, turned_down: Draft | None = None) -> None:
         """Learn from a finished step verified at a context depth of ``depth``. ``turned_down``: in the combined
@@ -142,13 +181,16 @@ class Adaptive:
             # step, which the queue is there to avoid; it is within REPRICE_EVERY steps and ``moved`` of this depth's)
             self.draft_cost.observe(outcome.drafted, outcome.t_draft / slowed(self.costs, self.priced))
         self.model_drafted_last = by_model
-        if self.hazards is not None:
-            if turned_down is not None:
-                self.hazards.observe(turned_down.match, judged_against(turned_down.tokens, outcome))
-            elif by_model:
-                self.hazards.observe(0, [])  # nothing copied was judged: only the fading
-            else:
-                self.hazards.observe(outcome.match, outcome.judgements())
+        judged = None  # the hazards of the copy this step judged (none where the draft model drafted instead)
+        if self.hazards is not None and turned_down is not None:
+            judged = self.hazards_of(turned_down)
+            judged.observe(turned_down.match, judged_against(turned_down.tokens, outcome))
+        elif self.hazards is not None and not by_model:
+            judged = self.hazards_of(outcome.draft)
+            judged.observe(outcome.match, outcome.judgements())
+        for hazards in self._copy_policies():
+            if hazards is not judged:
+                hazards.observe(0, [])  # every step fades what each learned, judged or not: the text moves on
         if self.acceptance is not None:
             self.acceptance.observe(outcome.drafted if by_model else 0, outcome.n_accepted if by_model else 0)
         self._reprice(depth)
@@ -161,8 +203,8 @@ class Adaptive:
         if not moved(self.priced, curve) and abs(draft - self.priced_draft) <= 0.03 * max(self.priced_draft, 1e-9):
             return
         self.priced, self.priced_draft = curve, draft
-        if self.hazards is not None:
-            self.hazards.reprice(curve)
+        for hazards in self._copy_policies():
+            hazards.reprice(curve)
         if self.acceptance is not None:
             self.acceptance.reprice(curve, draft)
 
@@ -171,6 +213,8 @@ class Adaptive:
         state: dict[str, object] = {}
         if self.hazards is not None:
             state["hazards"] = self.hazards.state()
+        if self.recalled is not None:
+            state["recalled hazards"] = self.recalled.state()
         if self.acceptance is not None and self.draft_cost is not None:
             state["acceptance"] = self.acceptance.state()
             state["draft cost"] = self.draft_cost.state()

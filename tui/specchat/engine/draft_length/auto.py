@@ -285,6 +285,18 @@ class MatchHazards:
                 break
         return best_k, best_gain
 
+    def survives(self, match: int, n: int, survival: Sequence[float] | None = None) -> float:
+        """The chance that the first ``n`` tokens of a copy on a match of ``match`` tokens are all right: the hazards'
+        and, where the drafter scored the copy (``survival``, see ``best``), the lower of that and its own."""
+        hazards, class_of = self._hazard_list(), self._class_of
+        start = min(match, self.edges[-1])
+        alive = 1.0
+        for j in range(min(n, self.k_max)):
+            alive *= 1 - hazards[class_of[start + j]]
+        if survival is not None:
+            alive = min(alive, survival[n - 1] if 0 < n <= len(survival) else 0.0)
+        return alive
+
     def plan(self, match: int, survival: Sequence[float] | None = None) -> int:
         """How many tokens of a draft whose text before it matched ``match`` tokens to verify (``survival``: see
         ``best``): the best length this reply has earned (``cap``), if that is clearly faster than a plain step."""
