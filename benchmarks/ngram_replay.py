@@ -42,10 +42,11 @@ from specchat.bench.runners import task_history
 from specchat.bench.tasks import Task
 from specchat.cli.bench import add_task_options, chosen_tasks
 from specchat.engine import TokenEmitted
-from specchat.engine.draft_length.adaptive import AUTO_K_MAX, CALIBRATE_EVERY, lengthened
+from specchat.engine.draft_length.adaptive import AUTO_K_MAX, CALIBRATE_EVERY, explored_copy
 from specchat.engine.draft_length.auto import HAZARD_CLASSES, MatchHazards, VerifyCost
 from specchat.engine.core import Engine
 from specchat.engine.draft_length.costs import measure_verify_cost, sizes_up_to
+from specchat.engine.drafters import Draft
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.llama import common_prefix
 from specchat.engine.loop import Rules
@@ -79,7 +80,7 @@ class Fixed(Policy):
 
 class EngineAuto(Policy):
     """``MatchHazards`` as the engine steps it (``Adaptive``): a plain step when drafting has not paused for
-    ``CALIBRATE_EVERY`` steps, now and then a longer draft (``lengthened``), never longer than the reply has earned
+    ``CALIBRATE_EVERY`` steps, now and then a longer draft (``explored_copy``), never longer than the reply has earned
     (``MatchHazards.cap``)."""
 
     def __init__(self, hazards: MatchHazards, per_reply: bool = True) -> None:
@@ -93,8 +94,10 @@ class EngineAuto(Policy):
         return self.since_plain >= CALIBRATE_EVERY - 1
 
     def plan(self, match: int) -> int:
-        k = self.hazards.plan(match)
-        return min(lengthened(k, self.steps, self.hazards.k_max), self.hazards.cap)
+        # The engine's choice for a copy on this match (``explored_copy``) as if it went on to the policy's longest:
+        # the replay cuts it to the proposal.
+        copy = Draft([0] * self.hazards.k_max, match=match, from_text=True)
+        return explored_copy(self.hazards, copy, self.steps, self.hazards.k_max)
 
     def begin_reply(self) -> None:
         if self.per_reply:

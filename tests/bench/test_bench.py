@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 from specchat.bench.tasks import Task
 from specchat.chats.store import Store
+from specchat.engine.draft_length.adaptive import Adaptive
 from specchat.engine.draft_length.auto import VerifyCost
+from specchat.engine.draft_length.learned_costs import LearnedVerifyCost
+from specchat.engine.draft_length.memory import AutoMemory
+from specchat.engine.drafters.ngram import NgramDrafter
 from helpers import cli
 
 TWO_TASKS = """
@@ -181,12 +185,40 @@ def test_the_candidate_tree_replay_on_a_worked_example():
     assert trees.speed_up(reply, VerifyCost((1, 8), (1.0, 8.0), exact=8), (1, 2)) == pytest.approx(0.5)
 
 
+def test_the_suffix_replay_steps_the_engines_own_auto_over_a_stored_reply(make_engine, tmp_path):
+    """A question asked again, its earlier answer indexed as a stored chat is: where verifying costs nothing more per
+    row, the engine's "auto" (hazards of its own for stored copies) copies the stored answer and runs well above plain
+    decoding, within its drafter's oracle, while the open conversation alone offers nothing to copy; where each row
+    costs a plain step, no draft can pay and "auto" verifies none (exactly plain decoding's cost)."""
+    replay, suffix_replay = _ngram_replay(), _benchmark("suffix_replay")
+    engine = make_engine("ngram", n_max=4)
+    target, rules = engine.target, engine.speculation.rules
+    question = "What is a hash table?"
+    rendered = engine.template.render([{"role": "user", "content": question}], add_generation_prompt=True)
+    answer = target.tokenize("A hash table maps keys to values through a hash function, so that a lookup takes"
+                             " constant time on average, whatever the number of entries.", add_special=False)
+    task = Task(name="asked-again", prompt=question, max_tokens=64)
+    reply = replay.Reply(task, prompt=target.tokenize(rendered, add_special=False), tokens=answer)
+    drafter = suffix_replay.ColdSuffix(NgramDrafter(2, 4), suffix_replay.indexed(engine, [reply], tmp_path))
+    assert drafter.history.index.documents == 1
+
+    def auto(verify: VerifyCost) -> float:
+        policy = Adaptive.open(LearnedVerifyCost(verify), True, {"ngram": 64, "draft": 16}, None,
+                               AutoMemory(tmp_path / f"memory-{verify.seconds[-1]}.json"), "auto|t", "costs|t", 0,
+                               recalls=True)
+        return suffix_replay.replay_auto(reply, policy, verify, rules, drafter)
+
+    flat = VerifyCost((1, 65), (1.0, 1.0), exact=65)
+    oracle = replay.replay(reply, replay.ORACLE, flat, rules, drafter)
+    alone = replay.replay(reply, replay.ORACLE, flat, rules, NgramDrafter(2, 4))
+    assert oracle >= auto(flat) > 2.0 > 1.2 > alone
+    assert auto(VerifyCost((1, 65), (1.0, 65.0), exact=65)) == pytest.approx(1.0)
+
+
 def test_the_replay_match_table_on_worked_examples(make_engine):
     """The bound quoted for draft-length policies that see only the match length: on a reply that copies its prompt,
     the best table drafts the whole copy at once, as the oracle does; when a batch costs its tokens decoded one by one,
     no table beats plain decoding."""
-    from specchat.engine.drafters.ngram import NgramDrafter
-
     replay = _ngram_replay()
     rules, drafter = make_engine("ngram", n_max=4).speculation.rules, NgramDrafter(2, 4)
     task = Task(name="t", prompt="", max_tokens=64)

@@ -65,7 +65,14 @@ def test_copies_of_stored_chats_learn_apart_from_copies_of_the_conversation(tmp_
     assert auto.copy_length(conversation) <= 2
     assert auto.copy_length(recalled) >= 8 and auto.k == auto.copy_length(recalled)
     long = list(auto.hazards.edges).index(32)  # the class of effective matches 32 to 63
-    assert auto.hazards.hazards()[long] > 0.3 > 0.05 > auto.recalled.hazards()[long]
+    assert auto.hazards.hazards()[long] > 0.3  # the conversation's misses stayed its own
+    right, wrong = auto.recalled.evidence[long]
+    assert right > 20 * wrong  # and the stored reply's long copies were learned right
+    # Every step fades both, judged or not; what the reply has earned is the reply's, whichever source showed it.
+    before = auto.recalled.evidence.copy()
+    auto.observe(step(8, 8, 9, list(range(8)), copied=True, match=30), depth=41)  # a conversation copy, all right
+    assert np.allclose(auto.recalled.evidence, before * (1 - 1 / 256))
+    assert auto.recalled.cap == auto.hazards.cap >= 16
     auto.keep()
     again = adaptive(tmp_path, "suffix")
     assert np.allclose(again.recalled.evidence, auto.recalled.evidence)

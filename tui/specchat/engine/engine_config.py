@@ -87,7 +87,7 @@ class SpecConfig:
 
     @property
     def reads_history(self) -> bool:
-        """Copies from the user's stored chats too (method "suffix")."""
+        """Copies from the user's stored chats too (methods "suffix" and "suffix+draft")."""
         return METHODS[self.method].reads_history
 
 

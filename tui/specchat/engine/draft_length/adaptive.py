@@ -43,13 +43,27 @@ def exploring(step: int) -> bool:
     return step % EXPLORE_EVERY == EXPLORE_EVERY // 2
 
 
-def lengthened(k: int, step: int, k_max: int, *, likely: bool = False) -> int:
+def lengthened(k: int, step: int, k_max: int) -> int:
     """The draft length of the step numbered ``step`` whose policy planned ``k``: longer on an exploring step when at
-    least ``EXPLORE_FROM`` tokens were planned, or fewer and the draft is ``likely`` to survive the longer length;
-    never beyond the policy's longest (``k_max``: within the sweep, and within the exact batches)."""
-    if exploring(step) and (k >= EXPLORE_FROM or (likely and k > 0)):
+    least ``EXPLORE_FROM`` tokens were planned, never beyond the policy's longest (``k_max``: within the sweep, and
+    within the exact batches)."""
+    if k >= EXPLORE_FROM and exploring(step):
         return min(k * EXPLORE_FACTOR, k_max)
     return k
+
+
+def explored_copy(hazards: MatchHazards, copy: Draft, step: int, limit: int) -> int:
+    """How much of a proposed ``copy`` to verify on the step numbered ``step``: its hazards' plan within what this
+    reply has earned (``cap``) and ``limit``; on an exploring step twice the plan where that was long, as for a model
+    draft, or the copy is likely right that far (``EXPLORE_SURVIVAL``)."""
+    k = hazards.plan(copy.match, copy.survival)
+    chosen = min(k, hazards.cap, limit)
+    if k > 0 and exploring(step):
+        longer = min(EXPLORE_FACTOR * k, hazards.k_max, hazards.cap, limit, len(copy.tokens))
+        if longer > chosen and (k >= EXPLORE_FROM
+                                or hazards.survives(copy.match, longer, copy.survival) >= EXPLORE_SURVIVAL):
+            return longer
+    return chosen
 
 
 @dataclass
@@ -63,11 +77,12 @@ class Adaptive:
     costs_key: str  # of the learned costs', shared by every configuration of the same target and threads
     priced: VerifyCost  # the curve the policies were last priced with
     priced_draft: float = 0.0
-    # Copies of the user's stored chats (method "suffix"), learned apart: a stored reply that answered the same
+    # Copies of the user's stored chats (the methods that read them: "suffix", "suffix+draft"), learned apart: a stored reply that answered the same
     # question goes on as copied long after a copy of this chat's own text would break (2026-12-05: with the same
     # hazards for both, a stored reply accepted whole was verified 3 tokens a step).
     recalled: MatchHazards | None = None
     copied_last: MatchHazards | None = None  # whichever hazards chose the last copy's length
+    copy_k: int = 0  # that length as chosen: explored, within the reply's cap and the step's limit
     model_drafted_last: bool = False  # the previous step verified a model draft (the draft model is caught up)
     since_plain: int = 0  # steps since the last plain one
     steps: int = 0  # steps learned from
@@ -116,14 +131,11 @@ class Adaptive:
         return min(self.model_length(), limit), None
 
     def _copied(self, copy: Draft, limit: int) -> int:
-        """How much of a proposed copy to verify: its hazards' plan, longer on an exploring step (a short plan too
-        where the copy is likely right: ``EXPLORE_SURVIVAL``), within what this reply has earned and ``limit``."""
+        """How much of a proposed copy to verify (``explored_copy``), by the hazards of its source."""
         hazards = self.hazards_of(copy)
         self.copied_last = hazards
-        k = hazards.plan(copy.match, copy.survival)
-        likely = (0 < k < EXPLORE_FROM and exploring(self.steps)
-                  and hazards.survives(copy.match, EXPLORE_FACTOR * k, copy.survival) >= EXPLORE_SURVIVAL)
-        return min(lengthened(k, self.steps, hazards.k_max, likely=likely), hazards.cap, limit)
+        self.copy_k = explored_copy(hazards, copy, self.steps, limit)
+        return self.copy_k
 
     def hazards_of(self, copy: Draft) -> MatchHazards:
         """The hazards that judge ``copy``: a stored chat's own, or the conversation's."""
@@ -132,7 +144,8 @@ class Adaptive:
 
     def copy_length(self, copy: Draft) -> int:
         self.copied_last = self.hazards_of(copy)
-        return self.copied_last.plan(copy.match, copy.survival)
+        self.copy_k = self.copied_last.plan(copy.match, copy.survival)
+        return self.copy_k
 
     def model_length(self) -> int:
         acceptance = self.acceptance
@@ -150,7 +163,7 @@ class Adaptive:
     def k(self) -> int:
         """The draft length chosen last: the copy's, or the draft model's when it drafted last (combined method)."""
         if self.copied_last is not None and (self.acceptance is None or not self.model_drafted_last):
-            return self.copied_last.k
+            return self.copy_k
         assert self.acceptance is not None
         return self.acceptance.k
 
@@ -188,9 +201,14 @@ class Adaptive:
         elif self.hazards is not None and not by_model:
             judged = self.hazards_of(outcome.draft)
             judged.observe(outcome.match, outcome.judgements())
-        for hazards in self._copy_policies():
+        copies = self._copy_policies()
+        for hazards in copies:
             if hazards is not judged:
                 hazards.observe(0, [])  # every step fades what each learned, judged or not: the text moves on
+        if len(copies) > 1:  # what the reply has earned (``MatchHazards.cap``) is the reply's, whichever source showed it
+            earned = max(hazards.cap for hazards in copies)
+            for hazards in copies:
+                hazards.cap = earned
         if self.acceptance is not None:
             self.acceptance.observe(outcome.drafted if by_model else 0, outcome.n_accepted if by_model else 0)
         self._reprice(depth)

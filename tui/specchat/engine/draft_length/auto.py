@@ -286,15 +286,19 @@ class MatchHazards:
         return best_k, best_gain
 
     def survives(self, match: int, n: int, survival: Sequence[float] | None = None) -> float:
-        """The chance that the first ``n`` tokens of a copy on a match of ``match`` tokens are all right: the hazards'
-        and, where the drafter scored the copy (``survival``, see ``best``), the lower of that and its own."""
+        """The chance that the first ``n`` tokens (at most ``k_max``) of a copy on a match of ``match`` tokens are all
+        right: the hazards' and, where the drafter scored the copy (``survival``, see ``best``), the lower of that
+        and its own — 0 where its score stops short of ``n`` (the drafter saw no evidence that far)."""
+        n = min(n, self.k_max)
+        if n <= 0:
+            return 1.0
         hazards, class_of = self._hazard_list(), self._class_of
         start = min(match, self.edges[-1])
         alive = 1.0
-        for j in range(min(n, self.k_max)):
+        for j in range(n):
             alive *= 1 - hazards[class_of[start + j]]
         if survival is not None:
-            alive = min(alive, survival[n - 1] if 0 < n <= len(survival) else 0.0)
+            alive = min(alive, survival[n - 1] if n <= len(survival) else 0.0)
         return alive
 
     def plan(self, match: int, survival: Sequence[float] | None = None) -> int:
