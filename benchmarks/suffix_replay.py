@@ -140,7 +140,8 @@ def main() -> None:
     for family in [f["name"] for f in found] + ["all"]:
         tasks = [r.task.name for r in now if family == "all" or r.task.name.startswith(f"{family}-")]
         means = {n: statistics.fmean(statistics.median(speeds[n, t]) for t in tasks) for n in names}
-        print(f"{family:16}" + "".join(f"{means[n]:>13.2f}×" for n in names) + f"{means['auto'] / means['oracle']:>15.2f}")
+        share = means["auto"] / means["oracle"]
+        print(f"{family:16}" + "".join(f"{means[n]:>13.2f}×" for n in names) + f"{share:>15.2f}")
     engine.close()
 
 

@@ -77,9 +77,9 @@ class Adaptive:
     costs_key: str  # of the learned costs', shared by every configuration of the same target and threads
     priced: VerifyCost  # the curve the policies were last priced with
     priced_draft: float = 0.0
-    # Copies of the user's stored chats (the methods that read them: "suffix", "suffix+draft"), learned apart: a stored reply that answered the same
-    # question goes on as copied long after a copy of this chat's own text would break (2026-12-05: with the same
-    # hazards for both, a stored reply accepted whole was verified 3 tokens a step).
+    # Copies of the user's stored chats (the methods that read them: "suffix", "suffix+draft"), learned apart: a
+    # stored reply that answered the same question goes on as copied long after a copy of this chat's own text would
+    # break (2026-12-05: with the same hazards for both, a stored reply accepted whole was verified 3 tokens a step).
     recalled: MatchHazards | None = None
     copied_last: MatchHazards | None = None  # whichever hazards chose the last copy's length
     copy_k: int = 0  # that length as chosen: explored, within the reply's cap and the step's limit
@@ -205,7 +205,7 @@ class Adaptive:
         for hazards in copies:
             if hazards is not judged:
                 hazards.observe(0, [])  # every step fades what each learned, judged or not: the text moves on
-        if len(copies) > 1:  # what the reply has earned (``MatchHazards.cap``) is the reply's, whichever source showed it
+        if len(copies) > 1:  # what the reply earned (``MatchHazards.cap``) is the reply's, whichever source showed it
             earned = max(hazards.cap for hazards in copies)
             for hazards in copies:
                 hazards.cap = earned
