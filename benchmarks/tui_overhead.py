@@ -49,7 +49,7 @@ def headless(profile: str, tokens: int) -> float:
 
 async def with_app(profile: str, tokens: int, tmp: Path) -> float:
     settings = Settings(profile=profile, db_path=tmp / "chats.sqlite3", keymap=tmp / "keymap.toml", max_tokens=tokens,
-                        resume=False)
+                        resume=False, last_profile=None)
     app = make_app(settings)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.1)
@@ -129,7 +129,7 @@ def app_in_terminal(profile: str, tokens: int, tmp: Path) -> float:
     code = (
         "from pathlib import Path; from specchat.app.chat_app import make_app; from specchat.app.settings import Settings; "
         f"make_app(Settings(profile={profile!r}, db_path=Path({str(db)!r}), keymap=Path({str(tmp / 'keymap.toml')!r}), "
-        f"max_tokens={tokens}, resume=False)).run()"
+        f"max_tokens={tokens}, resume=False, last_profile=None)).run()"
     )
     sent = False
 

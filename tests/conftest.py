@@ -103,7 +103,7 @@ def settings(tmp_path, user_cache) -> Settings:
     """The app's settings for a test: its database, keymap and exports in the test's folder."""
     # tiny, not the default: the app's tests judge a draft model's colours, ghosts and rejections
     return Settings(profile="tiny", db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml",
-                    exports=tmp_path / "exports", max_tokens=48)
+                    exports=tmp_path / "exports", max_tokens=48, last_profile=tmp_path / "last-profile")
 
 
 EngineFactory = Callable[..., Engine]

@@ -39,7 +39,7 @@ async def main_async(rounds: int, seed: int, new_chat_every: int) -> None:
         profiles = storm_profiles(folder / "config" / "specchat" / "profiles", embedded.target_path())
         db = folder / "chats.sqlite3"
         settings = Settings(db_path=db, keymap=folder / "keymap.toml", exports=folder / "exports", max_tokens=200,
-                            resume=False)
+                            resume=False, last_profile=None)
         log = StormLog()
         started = time.monotonic()
         async with make_app(settings).run_test(size=(120, 40)) as pilot:

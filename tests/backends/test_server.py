@@ -10,6 +10,8 @@ import os
 import signal
 import socket
 import stat
+import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -24,6 +26,7 @@ from specchat.backends.provenance import StepTracker
 from specchat.backends.server_build import ENV, extract
 from specchat.backends.server_process import ServerProcess
 from specchat.engine import Message, ModelSettings, SpecConfig, TokenEmitted, TokenKind
+from specchat.engine.conversation import ChatKey, Forgotten
 from specchat.engine.events import ReplyFinished, StepVerified
 from specchat.errors import BackendError, ConfigError, SpecchatError
 
@@ -377,7 +380,7 @@ def test_a_forgotten_chat_restarts_a_server_whose_ngram_tables_hold_every_reques
     try:
         list(backend.answer(history(backend), PROMPT, max_tokens=8))
         pid = backend.pid
-        backend.forget_chat(7)
+        backend.forget(Forgotten(7))
         assert backend.pid == pid  # nothing happens until the next reply
         events = list(backend.answer(history(backend), PROMPT, max_tokens=8))
         assert isinstance(events[-1], ReplyFinished) and backend.pid != pid
@@ -389,8 +392,100 @@ def test_a_forgotten_chat_restarts_a_server_whose_ngram_tables_hold_every_reques
     plain = open_backend(server_config(target_path, draft_path, llama_server))
     try:
         pid = plain.pid
-        plain.forget_chat(7)
+        plain.forget(Forgotten(7, frozenset({70})))
         list(plain.answer(history(plain), PROMPT, max_tokens=8))
         assert plain.pid == pid
     finally:
         plain.close()
+
+
+def test_a_private_chat_on_a_server_that_keeps_its_requests_is_left_behind_by_a_restart(target_path, draft_path,
+                                                                                        llama_server):
+    """A private chat's requests fill the server's n-gram tables: the first reply in another chat restarts it, so
+    nothing of the private chat is drafted there; replies within the private chat keep the server as it is."""
+    config = dataclasses.replace(server_config(target_path, draft_path, llama_server, spec_type="ngram-mod"),
+                                 spec=SpecConfig("ngram", n_max=4))
+    backend = open_backend(config)
+    private, other = ChatKey(3, private=True), ChatKey(4)
+    try:
+        list(backend.answer(history(backend), PROMPT, max_tokens=8, chat=private))
+        pid = backend.pid
+        list(backend.answer(history(backend), PROMPT, max_tokens=8, chat=private))
+        assert backend.pid == pid
+        events = list(backend.answer(history(backend), PROMPT, max_tokens=8, chat=other))
+        assert isinstance(events[-1], ReplyFinished) and backend.pid != pid
+        pid = backend.pid
+        list(backend.answer(history(backend), PROMPT, max_tokens=8, chat=ChatKey(5)))
+        assert backend.pid == pid  # a chat that is not private leaves nothing to forget
+    finally:
+        backend.close()
+
+
+KEEPER = """
+import sys, time
+from functools import partial
+from specchat.backends import open_backend, server_process
+from specchat.chats.recall import stored_replies
+from specchat.profiles import load_profile, run_config
+
+server_process.PARENT_DEATH_SIGNAL = sys.argv[2] == "signal"
+backend = open_backend(run_config(load_profile(sys.argv[1])))
+backend.learn_history(partial(stored_replies, sys.argv[3]), wait=True)
+print(backend.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def gone(pid: int) -> bool:
+    """No such process, or one that ended and waits to be reaped (a container's init may never reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.usefixtures("isolated_user_dirs")
+@pytest.mark.parametrize("tie", ["signal", "watchdog"])
+def test_kill_9_leaves_no_server_and_a_later_start_removes_the_chats_n_grams(tmp_path, user_cache, llama_server,
+                                                                            target_path, tie):
+    """A front end killed with SIGKILL: its llama-server dies with it (Linux's parent-death signal; elsewhere a
+    watchdog process), and the lookup caches it wrote — n-grams of the stored chats, in a folder of its own that
+    only its owner reads — are removed by the next start."""
+    from specchat.backends.run_folder import remove_left_behind, runs_dir
+    from specchat.chats.session import ChatSession
+    from specchat.chats.store import Store
+
+    db = tmp_path / "chats.sqlite3"
+    store = Store(db)
+    session = ChatSession(store, "p", None, lambda *_: None)
+    session.add_user("Write the word lighthouse ten times.")
+    record = session.add_reply("t")
+    record.segments, record.tokens, record.finish_reason = [("lighthouse " * 10, "target")], [1], "stop"
+    session.reply_changed(record)
+    store.close()
+    profile = tmp_path / "server-suffix.toml"
+    profile.write_text(f'[target]\nmodel = "{target_path}"\nthreads = {THREADS}\n[draft]\nmethod = "suffix"\n'
+                       f'n_max = 4\n[backend]\nkind = "llama-server"\nbinary = "{llama_server}"\n')
+    keeper = subprocess.Popen([sys.executable, "-c", KEEPER, str(profile), tie, str(db)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ})
+    try:
+        server = int(keeper.stdout.readline())
+        folder = runs_dir() / str(keeper.pid)
+        caches = list(folder.glob("lookup-*/*/lookup-*.bin"))
+        assert len(caches) == 2 and not gone(server)
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(runs_dir().stat().st_mode) == 0o700
+        assert {stat.S_IMODE(c.stat().st_mode) for c in caches} == {0o600}
+        assert runs_dir().is_relative_to(user_cache)  # the user cache, not a shared temp folder
+        keeper.send_signal(signal.SIGKILL)
+        keeper.wait()
+        deadline = time.monotonic() + 10
+        while not gone(server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gone(server)
+        assert folder.is_dir()  # nothing ran at its exit …
+        assert remove_left_behind() == [folder] and not folder.exists()  # … the next start cleans up
+    finally:
+        keeper.kill()
+        keeper.wait()
+        with contextlib.suppress(ProcessLookupError, ValueError, NameError):
+            os.kill(server, signal.SIGKILL)

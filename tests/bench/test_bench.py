@@ -381,6 +381,63 @@ def test_impossible_spec_bench_choices_are_one_clear_line(tmp_path, args, fragme
     assert report is None
 
 
+def test_a_file_whose_every_line_is_wrong_says_each_lines_own_reason(tmp_path):
+    from helpers import assert_one_clear_line
+
+    path = tmp_path / "question.jsonl"
+    path.write_text('{"question_id": true, "category": "qa", "turns": ["Who wrote Hamlet?"]}\n'
+                    '{"question_id": 1.5, "category": "qa", "turns": ["Who wrote Hamlet?"]}\n'
+                    '{"question_id": 3, "category": "qa", "turns": ["Who wrote Hamlet?", " "]}\n')
+    result, report = _bench(tmp_path, "--tasks", str(path))
+    assert_one_clear_line(result, f"{path}: no question could be read", "line 1: 'question_id' is true",
+                          "line 2: 'question_id' is 1.5", "line 3: turn 2 is empty")
+    assert report is None
+
+
+def test_a_choice_on_a_mixed_file_lists_the_lines_skipped_before_it_fails(tmp_path):
+    path = tmp_path / "question.jsonl"
+    path.write_text('{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}\n'
+                    '{"question_id": 7, "category": "qa", "turns": []}\n')
+    result, report = _bench(tmp_path, "--tasks", str(path), "--questions", "7")
+    assert result.returncode != 0 and "Traceback" not in result.stderr and report is None
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[0] == f"skipped: {path}:2: 'turns' is empty — it must be a list of one or more questions"
+    assert "--questions: no question with id 7" in lines[-1] and len(lines) == 2
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--categories", ","), ("--questions", ""), ("--questions", " , ")])
+def test_an_empty_list_is_one_line_naming_its_flag_never_everything(tmp_path, flag, value):
+    from helpers import assert_one_clear_line
+
+    result, report = _bench(tmp_path, "--suite", "spec-bench", flag, value)
+    assert_one_clear_line(result, f"{flag} is empty")
+    assert report is None
+
+
+@pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
+@pytest.mark.parametrize("store", ["damaged", "a folder"])
+def test_a_store_that_cannot_take_the_saved_chats_keeps_the_finished_report(tmp_path, task_file, store):
+    """The run's report and --json come first; a failure to save the chats is one line after them (exit 1)."""
+    db = tmp_path / "data" / "specchat" / "chats.sqlite3"
+    db.parent.mkdir(parents=True)
+    if store == "damaged":
+        db.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+    else:
+        db.mkdir()
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    out = tmp_path / "r.json"
+    result = cli("bench", "--profile", "tiny", "--tasks", str(task_file), "--repeat", "1", "--max-tokens", "4",
+                 "--save-chats", "--json", str(out), env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert json.loads(out.read_text())["summary"] and "specchat draft" in result.stdout  # the report is whole
+    [line] = [line for line in result.stderr.splitlines() if "not saved as chats" in line]
+    assert line.startswith(f"specchat: the replies were not saved as chats: the chat database {db} ")
+    assert result.stderr.rstrip().endswith(line)  # after everything else
+    if store == "damaged":
+        assert "damaged" in line and db.read_bytes().startswith(b"SQLite format 3")  # left as it was
+    assert not list(db.parent.glob("*.damaged-*"))
+
+
 def test_a_question_file_that_is_not_json_lines_is_one_clear_line(tmp_path):
     from helpers import assert_one_clear_line
 

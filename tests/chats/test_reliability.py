@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from recorded import load
 from specchat.chats.records import ReplyRecord, UserTurn
 from specchat.chats.session import ChatSession
+from specchat.chats import store as store_module
 from specchat.chats.store import DamagedDatabase, Store, StoreError, open_store
 
 PROMPT, EVENTS = load()
@@ -210,6 +213,78 @@ def test_two_instances_on_one_database_both_keep_working(tmp_path):
     for session in sessions:
         assert read_back(stores[0], session.id) == as_saved(session) and len(session.turns) == 80
     assert all(isinstance(t, (UserTurn, ReplyRecord)) for s in sessions for t in s.turns)
+
+
+class LockHolder:
+    """Another process holding the database's write lock (BEGIN IMMEDIATE) for ``seconds``, as a second specchat saving
+    or a sqlite3 shell left in a transaction does."""
+
+    def __init__(self, path, seconds: float) -> None:
+        code = ("import sqlite3, sys, time\n"
+                "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+                "db.execute('BEGIN IMMEDIATE')\nprint('held', flush=True)\ntime.sleep(float(sys.argv[2]))\n"
+                "db.execute('COMMIT')")
+        self.process = subprocess.Popen([sys.executable, "-c", code, str(path), str(seconds)], stdout=subprocess.PIPE,
+                                        text=True)
+        assert self.process.stdout.readline() == "held\n"
+
+    def __enter__(self) -> LockHolder:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def short_busy_wait(monkeypatch):
+    """Each try at the lock waits 0.3 s instead of 5: a hold of 1.5 s is several tries."""
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.3)
+
+
+@pytest.mark.usefixtures("short_busy_wait")
+def test_a_write_lock_held_by_another_process_is_waited_for_never_damage(full_store):
+    """The FTS check at open writes: another process's write lock once made the whole database "damaged"."""
+    said: list[str] = []
+    before = full_store.read_bytes()
+    with LockHolder(full_store, 1.5):
+        store, problem = open_store(full_store, said.append)
+    assert problem is None and store is not None
+    assert said == [f"another specchat is writing to {full_store} — waiting"]
+    assert not list(full_store.parent.glob("*.damaged-*")) and full_store.read_bytes()[:100] == before[:100]
+    assert len(store.conversations()) == 12
+    store.close()
+
+
+@pytest.mark.usefixtures("short_busy_wait", "isolated_user_dirs")
+def test_the_repl_waits_for_another_process_writing_with_a_line(full_store, user_cache):
+    from helpers import CTRL_D, run_repl
+
+    from specchat.repl.shell import ReplSettings
+
+    with LockHolder(full_store, 1.5):
+        repl, _, text = run_repl(ReplSettings(profile="tiny", color=False, db_path=full_store), CTRL_D)
+    assert f"another specchat is writing to {full_store} — waiting" in text
+    assert "damaged" not in text and repl.session.store is not None
+    assert not list(full_store.parent.glob("*.damaged-*"))
+
+
+@pytest.mark.usefixtures("short_busy_wait", "isolated_user_dirs")
+async def test_the_app_waits_for_another_process_writing_with_a_line_and_saves_after(full_store, settings):
+    from helpers import SIZE, ask, notices, ready, wait_until
+
+    from specchat.app.chat_app import make_app
+
+    settings.db_path, settings.resume = full_store, False
+    with LockHolder(full_store, 2.0) as holder:
+        async with make_app(settings).run_test(size=SIZE) as pilot:
+            app = await ready(pilot)
+            assert any(f"another specchat is writing to {full_store} — waiting" in n for n in notices(app))
+            await ask(pilot, "Name a colour.")  # in memory meanwhile
+            holder.process.wait(30)
+            await wait_until(pilot, lambda: app.session.store is not None and app.session.id is not None)
+            assert [m.content for m in app.session.store.messages(app.session.id)][0] == "Name a colour."
+    assert not list(full_store.parent.glob("*.damaged-*"))
 
 
 @pytest.mark.usefixtures("isolated_user_dirs")

@@ -25,6 +25,7 @@ from specchat.backends.lookup_cache import read_lookup_cache
 from specchat.chats.controller import ChatController
 from specchat.chats.recall import stored_replies
 from specchat.chats.replay import Replay, judgement_of, step_lines
+from specchat.chats.session import ChatSession
 from specchat.chats.store import Store
 from specchat.chats.trace import events_of, row_of
 from specchat.engine import Message
@@ -236,6 +237,180 @@ def test_a_deleted_chat_is_drafted_from_no_more(tmp_path, seeded):
         run.controller.new_chat()
         run.ask(TURNS[0])
         assert not {s.origin[0] for s in run.steps(DraftSource.HISTORY)} & used
+
+
+# -- privacy: a private chat's text, and a deleted message, are never drafted in another chat --------------------
+
+VAULT = "The code for the vault is 7319. Repeat the code for the vault three times."
+
+
+def kept_drafts(run: Run) -> int:
+    """Tokens drafted from replies this process kept from other chats."""
+    return sum(s.drafted for s in run.steps(DraftSource.REMEMBERED))
+
+
+def mark_private(db: Path, chat_id: int) -> None:
+    """As `specchat chats private ID` does it: another connection to the store the front end has open."""
+    other = Store(db)
+    try:
+        other.set_private(chat_id, True)
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("private", [False, True])
+def test_a_private_chats_replies_are_not_drafted_in_another_chat_of_the_same_session(tmp_path, seeded, plain,
+                                                                                      private):
+    """A chat made private by another process while this one has the store open, opened and asked again, then the
+    same question in a new chat: unless private (the control), the new chat drafts from the reply this process
+    kept; private, nothing of it is drafted there, shown as a rejected tail or stored with the new chat."""
+    with Run(tmp_path, seeded) as run:
+        controller = run.controller
+        controller.new_chat()
+        run.ask(VAULT)
+        chat = controller.session.id
+        if private:
+            mark_private(run.db, chat)
+        controller.open_chat(chat)
+        run.ask(VAULT)
+        assert controller.session.private is private
+        run.events.clear()
+        controller.new_chat()
+        record = run.ask(VAULT)
+        assert (record.tokens, record.text) == plain.chat((VAULT,))[0]
+        if not private:
+            assert kept_drafts(run) > 0
+            return
+        assert kept_drafts(run) == 0
+        assert not any(s.origin and s.origin[0] == chat for s in run.steps(DraftSource.HISTORY))
+        assert chat not in {origin[0] for origin in stored_origins(run.db)}  # nor at the next start
+
+
+def test_a_fork_of_a_private_chat_is_private_and_says_so(tmp_path, seeded):
+    with Run(tmp_path, seeded) as run:
+        controller = run.controller
+        controller.new_chat()
+        run.ask(VAULT)
+        chat = controller.session.id
+        controller.session.store.set_private(chat, True)
+        controller.fork(1)
+        fork = controller.session.id
+        assert fork != chat and controller.session.private
+        assert {row.id: row.private for row in chats(run.db)}[fork] is True
+        assert not {origin[0] for origin in stored_origins(run.db)} & {chat, fork}
+        run.events.clear()
+        controller.new_chat()
+        run.ask(VAULT)
+        assert kept_drafts(run) == 0
+
+
+def test_a_deleted_stored_reply_is_drafted_from_no_more_in_that_process(tmp_path, seeded):
+    with Run(tmp_path, seeded) as run:
+        controller = run.controller
+        controller.new_chat()
+        run.ask(TURNS[0])
+        used = {s.origin for s in run.steps(DraftSource.HISTORY)}
+        assert used
+        controller.session.store.delete(controller.session.id)  # (what this process kept of the reply goes with it)
+        for chat_id in {origin[0] for origin in used}:  # its replies deleted, its first question kept
+            controller.open_chat(chat_id)
+            controller.delete_from(1)
+        run.events.clear()
+        controller.new_chat()
+        run.ask(TURNS[0])
+        assert not {s.origin for s in run.steps(DraftSource.HISTORY)} & used
+
+
+def test_a_deleted_reply_this_process_kept_is_drafted_from_no_more(tmp_path, seeded):
+    with Run(tmp_path, seeded) as run:
+        controller = run.controller
+        controller.new_chat()
+        run.ask(VAULT)
+        controller.delete_from(1)  # the reply
+        run.events.clear()
+        controller.new_chat()
+        run.ask(VAULT)
+        assert kept_drafts(run) == 0
+
+
+def private_vault(tmp_path: Path, seeded: Path) -> tuple[Path, int]:
+    """A copy of the seeded store with one chat more, newest, that asked VAULT — made private since."""
+    with Run(tmp_path, seeded) as run:
+        run.controller.new_chat()
+        run.ask(VAULT)
+        chat = run.controller.session.id
+    mark_private(run.db, chat)
+    return run.db, chat
+
+
+def sources_of(reply) -> set[str]:
+    return {json.loads(line).get("source") for line in reply.trace} - {None}
+
+
+def test_the_repl_keeps_a_private_chat_and_its_fork_to_themselves(tmp_path, seeded):
+    from helpers import CTRL_D, run_repl
+
+    from specchat.repl.shell import ReplSettings
+
+    db, chat = private_vault(tmp_path, seeded)
+    settings = ReplSettings(profile=str(write(tmp_path, "suffix", profile_text("suffix"))), color=False, db_path=db)
+    repl, _, text = run_repl(settings, f"/open {chat}\r", f"{VAULT}\r", "/fork 2\r", f"{VAULT}\r", "/new\r",
+                             f"{VAULT}\r", CTRL_D)
+    assert "(a private chat: never drafted from in another one)" in text
+    assert "— private, as the chat it came from: never drafted from in another chat" in text
+    newest = chats(db)
+    fork = next(row for row in newest if row.title.endswith("(fork)"))
+    assert fork.private and fork.id != chat
+    replies = [m for m in Store(db).messages(newest[0].id) if m.role == "assistant"]
+    assert newest[0].id not in (chat, fork.id) and "remembered" not in sources_of(replies[0])
+
+
+@pytest.mark.usefixtures("isolated_user_dirs")
+async def test_the_app_keeps_a_private_chat_and_its_fork_to_themselves(tmp_path, settings, seeded):
+    from helpers import SIZE, ask as ask_in_app, notices, wait_until
+
+    from specchat.app.chat_app import make_app
+
+    db, chat = private_vault(tmp_path, seeded)
+    settings.db_path, settings.resume = db, True  # the private chat is the newest: it is reopened
+    settings.profile = str(write(tmp_path, "suffix", profile_text("suffix")))
+    settings.max_tokens = 40
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        assert app.session.id == chat and app.session.private
+        await ask_in_app(pilot, VAULT)
+        await pilot.press("alt+f")  # fork at the last message
+        await pilot.pause(0.2)
+        assert any("private, as the chat it came from" in n for n in notices(app))
+        assert app.session.private and app.session.id != chat
+        await pilot.press("ctrl+n")
+        view = await ask_in_app(pilot, VAULT)
+        assert not app.session.private and "remembered" not in sources_of_record(view.record)
+
+
+def sources_of_record(record) -> set[str]:
+    return {row.get("source") for row in record.trace if row.get("type") == "step"} - {None}
+
+
+def test_ask_drafts_nothing_from_a_private_chat_nor_its_fork(tmp_path, seeded):
+    db, chat = private_vault(tmp_path, seeded)
+    store = Store(db)
+    try:
+        session = ChatSession(store, "p", None, lambda *_: None)
+        session.open(chat)
+        session.fork(1)  # the question and its reply, private as the chat they came from
+        fork = session.id
+    finally:
+        store.close()
+    profile = write(tmp_path, "suffix", profile_text("suffix"))
+    env = front_end_env(tmp_path / "ask", db)
+    result = subprocess.run([sys.executable, "-m", "specchat", "ask", "--json", "--profile", str(profile),
+                             "--max-tokens", "40", VAULT], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    origins = {r["origin"][0] for r in rows if r["type"] == "step" and r.get("source") == "history"}
+    assert not origins & {chat, fork}
 
 
 def test_the_first_reply_does_not_wait_for_the_index(make_engine):

@@ -99,6 +99,19 @@ def test_a_remembered_reply_drafts_in_a_later_conversation():
     assert drafter.propose([9, 41, 1, 2, 3], 16, RULES).tokens == []
 
 
+def test_replies_remembered_from_a_forgotten_chat_draft_nothing_and_the_other_chats_still_do():
+    drafter = NgramDrafter(2, 4)
+    drafter.remember([40, 41, 1, 2, 3, 4, 5], chat=7)  # a chat later deleted, or made private
+    drafter.remember([50, 51, 8, 9, 10, 11], chat=8)
+    drafter.remember([60, 61, 12, 13, 14], chat=None)  # a script's reply, in no stored chat
+    assert drafter.propose([9, 1, 2, 3], 16, RULES).tokens == [4, 5]
+    drafter.forget_chats({7})
+    assert drafter.propose([9, 1, 2, 3], 16, RULES).tokens == []
+    assert drafter.propose([0, 8, 9], 16, RULES).tokens == [10, 11]
+    assert drafter.propose([0, 12, 13], 16, RULES).tokens == [14]
+    assert drafter.remembered == 6 + 5
+
+
 def test_a_remembered_reply_that_ends_where_the_match_does_proposes_nothing_past_it():
     """The next remembered sequence follows a separator, which is no token: it once came out as draft token -1 and
     llama_decode failed ("no KV slot") mid-reply."""

@@ -164,7 +164,8 @@ def test_piped_lines_are_answered_one_by_one_and_reopen_in_the_app_with_their_co
     import asyncio
 
     async def reopen() -> list[list]:
-        settings = Settings(db_path=db, keymap=tmp_path / "keymap.toml", exports=tmp_path / "exports")
+        settings = Settings(db_path=db, keymap=tmp_path / "keymap.toml", exports=tmp_path / "exports",
+                            last_profile=tmp_path / "last-profile")
         async with make_app(settings).run_test(size=(140, 45)) as pilot:
             deadline = time.monotonic() + 60
             while not pilot.app.query(ReplyView) and time.monotonic() < deadline:

@@ -87,7 +87,7 @@ async def test_the_app_on_a_first_start_says_that_it_derives_the_draft(tmp_path)
 
     fresh_cache()
     settings = Settings(db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml",
-                        exports=tmp_path / "exports", max_tokens=4)
+                        exports=tmp_path / "exports", max_tokens=4, last_profile=tmp_path / "last-profile")
     statuses: list[str] = []
     async with make_app(settings).run_test(size=(120, 40)) as pilot:
         app = pilot.app

@@ -50,6 +50,11 @@ def chats_db() -> Path:
     return data_dir() / "chats.sqlite3"
 
 
+def last_profile_file() -> Path:
+    """The profile the app last switched to, which its next start opens (unless --profile says otherwise)."""
+    return data_dir() / "last-profile"
+
+
 def repl_history() -> Path:
     return data_dir() / "repl-history"
 

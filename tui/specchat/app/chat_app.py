@@ -8,6 +8,7 @@ drains once per frame into an ``EventsArrived`` message.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -47,6 +48,7 @@ from .widgets.sidebar import MemorySnapshot, ProfileInfo, Sidebar
 # for one. Tokens and the sidebar are therefore refreshed together, five times a second (the sidebar must lag by
 # less than 250 ms), on the UI's own clock.
 FRAME_S = 0.2
+STORE_FIRST_WAIT_S = 0.3  # how long the UI thread waits for another process's write lock before waiting elsewhere
 
 
 class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions, InspectingActions, EditingActions,
@@ -206,14 +208,9 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             session.profile = self._named.name
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=15)
-        if self.settings.resume and session.store is not None:
-            try:
-                chats = session.store.conversations()
-                if chats:
-                    self.controller.open_chat(chats[0].id)
-                    self.show_turns()
-            except StoreError as exc:  # the last chat cannot be read: start a new one, say why
-                self.notify(str(exc), severity="error", timeout=20)
+        self._resume()
+        if self.settings.start_note:
+            self.notify(self.settings.start_note, severity="warning", timeout=15)
         if self.settings.autoload:
             self.start_load(self.settings.profile)
         self.query_one(PromptInput).focus()
@@ -264,12 +261,50 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
     # -- storage -----------------------------------------------------------------------------------------------------
 
     def _open_store(self) -> Store | None:
+        """The chat database; while another process holds its write lock, None for now: it opens on a thread of its
+        own, the chat going on in memory meanwhile (``_store_opened``)."""
         if self.settings.db_path is None:
             return None
-        store, problem = open_store(self.settings.db_path)
+        try:
+            store, problem = open_store(self.settings.db_path, _wait_elsewhere, first_wait=STORE_FIRST_WAIT_S)
+        except _WaitElsewhere as busy:
+            self.notify(f"{busy} — the chat is saved once it is done", timeout=20)
+            threading.Thread(target=self._wait_for_store, name="chat database", daemon=True).start()
+            return None
         if problem:
             self.notify(problem, severity="error", timeout=20)
         return store
+
+    def _wait_for_store(self) -> None:
+        store, problem = open_store(self.settings.db_path)
+        self.call_from_thread(self._store_opened, store, problem)
+
+    def _store_opened(self, store: Store | None, problem: str | None) -> None:
+        """The database another process held opened: what was said meanwhile is saved, the last chat reopened if
+        nothing was, and the stored chats drafted from."""
+        self.session.store = store
+        if problem:
+            self.notify(problem, severity="error", timeout=20)
+            return
+        self.notify("the chat database is open — saving")
+        if self.session.turns:
+            self.session.save()
+        else:
+            self._resume()
+        self.engine_thread.submit(self.controller.store_opened)
+
+    def _resume(self) -> None:
+        """The last chat reopened, when the settings say so."""
+        store = self.session.store
+        if not self.settings.resume or store is None:
+            return
+        try:
+            chats = store.conversations()
+            if chats:
+                self.controller.open_chat(chats[0].id)
+                self.show_turns()
+        except StoreError as exc:  # the last chat cannot be read: start a new one, say why
+            self.notify(str(exc), severity="error", timeout=20)
 
     def _store_problem(self, line: str, error: bool) -> None:
         self.notify(line, severity="error" if error else "information", timeout=20 if error else 8)
@@ -421,3 +456,11 @@ def make_app(settings: Settings | None = None) -> SpecchatApp:
     """The app factory used by ``specchat`` and by the tests."""
     tolerate_invalid_utf8()
     return SpecchatApp(settings)
+
+
+class _WaitElsewhere(Exception):
+    """Opening the database waits for another process: not on the UI thread."""
+
+
+def _wait_elsewhere(line: str) -> None:
+    raise _WaitElsewhere(line)

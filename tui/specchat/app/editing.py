@@ -50,6 +50,10 @@ class EditingActions(MixinBase):
             view = self.view_of(turn)
             if view is not None:
                 view.set_class(i == self.selected, "selected")
+                # Marked in words as well as in colour: a title on the border the selection adds.
+                view.border_title = f"▶ selected · {self.binding_key('edit_message')} edit" \
+                    f" · {self.binding_key('fork_chat')} fork · {self.binding_key('delete_message')} delete" \
+                    if i == self.selected else None
                 if i == self.selected:
                     view.scroll_visible(animate=False)
 
@@ -155,7 +159,9 @@ class EditingActions(MixinBase):
         self.forget_selection()
         self.show_turns()
         self.refresh_sidebar()
-        self.notify(f"new chat with messages 1 … {index + 1} of {before!r} (which is kept as it was)")
+        private = " — private, as the chat it came from: never drafted from in another chat" \
+            if self.session.private else ""
+        self.notify(f"new chat with messages 1 … {index + 1} of {before!r} (which is kept as it was){private}")
 
     def action_delete_message(self) -> None:
         if not self._idle_or_say():

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
@@ -39,7 +39,7 @@ class HelpScreen(_Modal):
         self.keymap = keymap
 
     def compose(self) -> ComposeResult:
-        table = Table(title="Keys", expand=True, show_edge=False)
+        table = Table(expand=True, show_edge=False)
         table.add_column("key", style="bold")
         table.add_column("does")
         table.add_column("id", style="dim")
@@ -60,9 +60,14 @@ class HelpScreen(_Modal):
                 table.add_row(self.app.binding_key(binding.id), f"{where}: {binding.tooltip}", binding.id)
         note = Text(f"\nRemap any key in {self.keymap}, e.g.\n", style="dim")
         note.append('[keys]\nab_compare = "f10"\n', style="")
-        with Vertical(id="help", classes="dialog"):
+        # Longer than a terminal is tall: it scrolls (↑ ↓, PgUp PgDn, Home End), and says how it closes.
+        with VerticalScroll(id="help", classes="dialog") as scroll:
+            scroll.border_title = "keys — ↑ ↓ PgUp PgDn scroll · Esc or F1 closes"
             yield Static(table)
             yield Static(note)
+
+    def on_mount(self) -> None:
+        self.query_one("#help").focus()
 
 
 class ProfileScreen(_Modal):
@@ -87,7 +92,7 @@ class ProfileScreen(_Modal):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="profiles", classes="dialog"):
-            yield Label("Profiles — type to filter, Enter switches; only what changed reloads")
+            yield Label("Profiles (● in use) — type to filter, Enter switches; only what changed reloads")
             yield Input(placeholder="filter: a name, a method, a backend", id="profile-filter")
             yield OptionList(*self._profile_options(), id="profile-list")
             yield Label("Drafts for the current target")
@@ -96,12 +101,17 @@ class ProfileScreen(_Modal):
 
     def _ranked(self) -> list[tuple[str, Profile | None, str]]:
         """The profiles in the order a typed filter ranks them: the name typed in full, then names it begins, then
-        the rest (each still matching every word typed)."""
+        names holding every word typed, then the rest (whose method, backend or description holds them)."""
         wanted = self.wanted.lower()
+        words = wanted.split()
 
         def rank(entry: tuple[str, Profile | None, str]) -> int:
             name = entry[0].lower()
-            return 0 if name == wanted else 1 if wanted and name.startswith(wanted) else 2
+            if name == wanted:
+                return 0
+            if wanted and name.startswith(wanted):
+                return 1
+            return 2 if words and all(word in name for word in words) else 3
 
         return sorted(self.profiles, key=rank)
 
@@ -113,15 +123,15 @@ class ProfileScreen(_Modal):
             if not all(word in shown.lower() for word in self.wanted.lower().split()):  # every word typed
                 continue
             problem = problem or (self.absent or {}).get(name, "")
+            # The profile in use is marked first on its line: a mark after the description is cut off by the dialog.
+            label = Text("● ", style="bold green") if name == self.current else Text("  ")
             if profile is None:
-                label = Text.assemble((name, "bold"), ("  " + problem, "red"))
+                label.append_text(Text.assemble((name, "bold"), ("  " + problem, "red")))
             else:
-                label = Text.assemble((f"{name:<20}", "bold"), f"{profile.method:<6} ", (f"{backend:<13}", "cyan"),
-                                      (profile.description, "dim"))
+                label.append_text(Text.assemble((f"{name:<20}", "bold"), f"{profile.method:<6} ",
+                                                (f"{backend:<13}", "cyan"), (profile.description, "dim")))
                 if problem:
                     label.append(f"  ✗ {problem}", style="red")
-            if name == self.current:
-                label.append("  ← current", style="green")
             options.append(Option(label, id=f"profile:{name}", disabled=bool(problem)))
         return options or [Option(Text(f"no profile matches {self.wanted!r}", style="dim"), disabled=True)]
 

@@ -28,6 +28,9 @@ class ReplyStreaming(MixinBase):
     def submit(self, text: str) -> None:
         if not text.strip():
             return
+        if self.busy is Activity.LOADING and self.editing is None:
+            self.query_one(PromptInput).hold(text)  # sent once the model is loaded (``send_waiting``)
+            return
         why = self.why_busy() or self.controller.why_not_send()
         if why:
             self.notify(why, severity="warning")
@@ -43,6 +46,19 @@ class ReplyStreaming(MixinBase):
             self.query_one(PromptInput).load_text(text)
             return
         self.start_exchange(exchange)
+
+    def send_waiting(self) -> None:
+        """The load ended: a message held while it ran is sent now (when a model is there to answer it)."""
+        prompt = self.query_one(PromptInput)
+        if not prompt.waiting:
+            return
+        text = prompt.release()
+        if self.controller.why_not_send() is None:
+            prompt.clear()
+            self.submit(text)
+        else:
+            self.notify("the message waiting was not sent: no model is loaded — it is in the prompt",
+                        severity="warning", timeout=10)
 
     def why_busy(self) -> str | None:
         if self.busy is Activity.LOADING:
@@ -124,8 +140,13 @@ class ReplyStreaming(MixinBase):
         self.job_done()
 
     def action_cancel(self) -> None:
-        """Esc: stops the reply (or A/B) in progress; else leaves an edit as it was, else clears the selection."""
-        if self.busy in (Activity.GENERATING, Activity.COMPARING):
+        """Esc: stops the reply (or A/B) in progress, or withdraws a message waiting for the model (it stays in the
+        prompt); else leaves an edit as it was, else clears the selection."""
+        prompt = self.query_one(PromptInput)
+        if prompt.waiting:
+            prompt.release()
+            self.notify("withdrawn: it stays in the prompt, not sent")
+        elif self.busy in (Activity.GENERATING, Activity.COMPARING):
             self.controller.cancel_reply()
         elif not self.cancel_edit() and self.selected is not None:
             self.selected = None

@@ -15,6 +15,7 @@ from ..chats.choice import Choice
 from ..errors import SpecchatError
 from ..profiles.embedded import told_while_deriving
 from ..profiles.favourites import favourite
+from .settings import remember_profile
 from .engine_thread import Activity, settle_garbage
 from .host import MixinBase
 from .screens import ProfileScreen
@@ -91,6 +92,7 @@ class SwitchingActions(MixinBase):
         switched = message.switched
         before = self.controller.choice
         notes = self.controller.profile_switched(switched)
+        remember_profile(self.settings.last_profile, switched.choice.profile)  # the next start opens it
         self.sample_memory()
         settle_garbage()
         if switched.action != "loaded":  # the first load needs no announcement; switches do
@@ -98,6 +100,7 @@ class SwitchingActions(MixinBase):
         for note in notes:
             self.notify(note, severity="warning", timeout=15)
         self.job_done()
+        self.send_waiting()
 
     def on_specchat_app_draft_deriving(self, message: SpecchatApp.DraftDeriving) -> None:
         if self.busy is Activity.LOADING:  # the load's status line says why it takes this long
@@ -108,6 +111,7 @@ class SwitchingActions(MixinBase):
         self.notify(message.error, severity="error", timeout=20)
         self.sample_memory()
         self.set_job(None, "load failed — previous profile kept" if self.backend else "no model loaded")
+        self.send_waiting()
 
     def action_profiles(self) -> None:
         current = self.backend.config.target.path if self.backend else None

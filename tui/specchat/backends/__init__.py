@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..engine.conversation import Message
+from ..engine.conversation import UNSTORED, ChatKey, Forgotten, Message
 from ..engine.drafters.history import StoredReply
 from ..engine.events import Event, SpeculationState
 from ..engine.reference import PlainReference
@@ -47,10 +47,12 @@ class Backend(Protocol):
     no_reference: str  # why the last plain_reference() gave None, and what would measure one ("" when it measured)
 
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
-               should_stop: Callable[[], bool] = lambda: False, top: int = 0) -> Iterator[Event]:
+               should_stop: Callable[[], bool] = lambda: False, top: int = 0,
+               chat: ChatKey = UNSTORED) -> Iterator[Event]:
         """Reply to ``text`` after ``history`` (the conversation so far, system prompt first), as events. With
         ``top``, each token carries a ``Judgement``: the target's ``top`` best candidates at its position (for the
-        token inspector), and what this backend cannot tell about it."""
+        token inspector), and what this backend cannot tell about it. ``chat``: the stored chat the reply is in —
+        nothing of a private chat is drafted in another."""
 
     def apply(self, config: RunConfig) -> str:
         """Switch configuration with the least work; returns what was done ("parameters", "draft reloaded",
@@ -83,8 +85,9 @@ class Backend(Protocol):
         and is called off the engine thread, whose replies never wait for it — unless ``wait``, which returns once
         they are indexed (a script's one reply). A backend whose drafting runs elsewhere ignores them."""
 
-    def forget_chat(self, conversation_id: int) -> None:
-        """A stored chat was deleted: draft nothing more from it. Any thread may call this."""
+    def forget(self, what: Forgotten) -> None:
+        """A stored chat was deleted or made private, or messages of one deleted: draft nothing more from them. Any
+        thread may call this."""
 
     def close(self) -> None: ...
 

@@ -23,7 +23,7 @@ from typing import Any
 from .. import paths
 from ..engine.chat_template import ChatTemplate
 from ..engine.engine_config import SWITCHED_OFF_BY_HAND, without_speculation
-from ..engine.conversation import Message, TokenWindow, as_dicts
+from ..engine.conversation import UNSTORED, ChatKey, Forgotten, Message, TokenWindow, as_dicts
 from ..engine.drafters import METHODS
 from ..engine.drafters.history import StoredReply
 from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
@@ -40,6 +40,7 @@ from .lookup_cache import LookupCacheBuilder, cache_args
 from .openai_chat import spec_counters
 from .server_api import BY_NAME, CompletionApi, Link, ServerApi, Turn, detect
 from .server_build import find_server
+from .run_folder import run_folder
 from .server_process import ServerProcess
 
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
@@ -114,7 +115,8 @@ class LlamaServerBackend:
         self._lookup: LookupCacheBuilder | None = None
         self._lookup_dir: Path | None = None
         self._forgotten: set[int] = set()
-        self._forget_pending = False  # set by forget_chat from any thread, acted on before the next reply
+        self._forget_pending = False  # set by forget from any thread, acted on before the next reply
+        self._holds_private: ChatKey | None = None  # the private chat whose requests the server's n-gram tables hold
         self._running_cache_args: list[str] = []
         self._cache_problem = ""  # why the server runs without the caches it was given
         try:
@@ -142,6 +144,7 @@ class LlamaServerBackend:
             self.process = ServerProcess(find_server(backend.binary), server_args(config) + caches,
                                          ready_timeout=backend.ready_timeout)
             self._running_cache_args = caches
+            self._holds_private = None  # a new process holds no request yet
             self.url = self.process.url
         else:
             self.url = (backend.url or "").rstrip("/")
@@ -258,12 +261,23 @@ class LlamaServerBackend:
             self.process = None
 
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
-               should_stop: Callable[[], bool] = lambda: False, top: int = 0) -> Iterator[Event]:
+               should_stop: Callable[[], bool] = lambda: False, top: int = 0,
+               chat: ChatKey = UNSTORED) -> Iterator[Event]:
         if self.process is not None:
+            self._leave_private_chat(chat)
             self._follow_history()
             self.process.ensure_running()
             reset_peak_rss(self.process.pid)
+            if chat.private and learns_across_requests(self.config):
+                self._holds_private = chat
         return self._reply(history, text, max_tokens, should_stop, top)
+
+    def _leave_private_chat(self, chat: ChatKey) -> None:
+        """A reply in another chat than the private one whose requests the server's n-gram tables hold: the server
+        starts again first (``_follow_history``), so nothing of the private chat is drafted there."""
+        if self._holds_private is not None and chat != self._holds_private:
+            self._holds_private = None
+            self._forget_pending = True
 
     def _reply(self, history: list[Message], text: str, max_tokens: int, should_stop: Callable[[], bool],
                top: int = 0, api: ServerApi | None = None) -> Iterator[Event]:
@@ -358,11 +372,12 @@ class LlamaServerBackend:
             self._lookup.done.wait()
             self._follow_history()
 
-    def forget_chat(self, conversation_id: int) -> None:
-        """A stored chat was deleted (or made private): before the next reply a server that keeps what it was told
-        (its n-gram tables hold every request since it started) is started again, without caches that hold the chat,
-        and they are written again without it."""
-        self._forgotten.add(conversation_id)
+    def forget(self, what: Forgotten) -> None:
+        """A stored chat was deleted or made private, or messages of one deleted: before the next reply a server that
+        keeps what it was told (its n-gram tables hold every request since it started) is started again, without
+        caches that hold them, and they are written again without them (deleted messages are no longer stored)."""
+        if what.messages is None:
+            self._forgotten.add(what.chat)
         if self.process is not None and learns_across_requests(self.config):
             self._forget_pending = True
 
@@ -376,7 +391,8 @@ class LlamaServerBackend:
                 or not reads_lookup_caches(self.config):
             return
         if self._lookup_dir is None:
-            self._lookup_dir = Path(tempfile.mkdtemp(prefix="specchat-lookup-"))  # the owner's alone: chats' n-grams
+            # The owner's alone, in this process's run folder: a later start removes it if this process is killed.
+            self._lookup_dir = Path(tempfile.mkdtemp(prefix="lookup-", dir=run_folder()))
         self._lookup = LookupCacheBuilder(self._read_history, self.config.target.path, self._target_id, self.template,
                                           paths.cache_dir() / "history" / f"{self._target_id}.npz",
                                           Path(tempfile.mkdtemp(dir=self._lookup_dir)), frozenset(self._forgotten))

@@ -9,7 +9,7 @@ from typing import Any
 from ..engine import Engine, Message, ReplyFinished
 from ..engine.engine_config import without_speculation
 from ..engine.drafters.history import StoredReply
-from ..engine.conversation import as_dicts
+from ..engine.conversation import NOT_KEPT, UNSTORED, ChatKey, Forgotten, as_dicts
 from ..engine.events import Event, SpeculationState
 from ..engine.llama import model_identity
 from ..engine.reference import PlainReference
@@ -45,10 +45,11 @@ class LocalBackend:
         return self.engine.n_max
 
     def answer(self, history: list[Message], text: str, *, max_tokens: int,
-               should_stop: Callable[[], bool] = lambda: False, top: int = 0) -> Iterator[Event]:
+               should_stop: Callable[[], bool] = lambda: False, top: int = 0,
+               chat: ChatKey = UNSTORED) -> Iterator[Event]:
         self.engine.restore(history)
         reset_peak_rss()
-        return self.engine.reply(text, max_tokens=max_tokens, should_stop=should_stop, top=top)
+        return self.engine.reply(text, max_tokens=max_tokens, should_stop=should_stop, top=top, chat=chat)
 
     def apply(self, config: RunConfig) -> str:
         action = self.engine.apply(config)
@@ -74,7 +75,7 @@ class LocalBackend:
             engine.apply(without_speculation(original))
             engine.truncate_cache(reused_tokens)
             reset_peak_rss()
-            events = engine.reply(text, max_tokens=max_tokens, should_stop=should_stop)
+            events = engine.reply(text, max_tokens=max_tokens, should_stop=should_stop, chat=NOT_KEPT)
             finished = [e for e in events if isinstance(e, ReplyFinished)][-1]
             summary = finished.stats.summary() | {"peak_rss": peak_rss_bytes(), "finish_reason": finished.finish_reason}
             return summary, list(engine.messages[-1].tokens or [])
@@ -99,8 +100,8 @@ class LocalBackend:
         if wait:
             self.engine.wait_for_history()
 
-    def forget_chat(self, conversation_id: int) -> None:
-        self.engine.forget_chat(conversation_id)
+    def forget(self, what: Forgotten) -> None:
+        self.engine.forget(what)
 
     def close(self) -> None:
         self.engine.close()

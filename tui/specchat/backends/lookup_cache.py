@@ -76,6 +76,7 @@ def write_lookup_caches(documents: Iterable[Sequence[int]], folder: Path) -> tup
         path = folder / f"lookup-{name}.bin"
         partial = path.with_suffix(".part")
         lookup_cache(docs, sizes).tofile(partial)
+        partial.chmod(0o600)  # n-grams of the user's chats: the owner's alone
         partial.replace(path)
         written.append(path)
     return written[0], written[1]

@@ -1,22 +1,37 @@
 """A llama-server process started for a profile: a free loopback port, its log, readiness on ``/health``, a clean stop.
 
-Every server started here is stopped when specchat exits (``atexit``), so none is left running behind it; a server
-that dies on its own is noticed by the next request.
+Every server started here is stopped when specchat exits (``atexit``), and dies with it when it is killed instead
+(kill -9, a crash): on Linux the kernel sends it SIGKILL when the thread that started it ends (``PR_SET_PDEATHSIG``;
+the front ends start servers from the thread that runs the backend for its whole life), elsewhere a watchdog process
+reading a pipe from specchat kills it when the pipe closes. Its pid is kept in the process's run folder
+(``run_folder``), from which a later start stops whatever survived all that. A server that dies on its own is noticed
+by the next request.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
+import ctypes.util
+import os
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from ..engine.cpu_probe import extra_buffers_work
 from ..errors import BackendError
+from .run_folder import SERVER_PID, run_folder
+
+PR_SET_PDEATHSIG = 1
+# Whether the kernel can end a child with its parent (Linux); elsewhere a watchdog process does (``_watchdog``).
+PARENT_DEATH_SIGNAL = sys.platform.startswith("linux")
 
 _RUNNING: set[ServerProcess] = set()
 
@@ -32,8 +47,10 @@ class ServerProcess:
         self.binary, self.args, self.ready_timeout = binary, args, ready_timeout
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="specchat-llama-server-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False,
+                                               dir=run_folder())
         self.proc: subprocess.Popen | None = None
+        self._watchdog: subprocess.Popen | None = None
         try:
             self.start()
         except BaseException:
@@ -53,11 +70,19 @@ class ServerProcess:
         if not extra_buffers_work():  # the kernels the in-process engine uses too (engine/cpu_probe.py)
             command.append("--no-repack")
         try:
-            self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_dies_with_parent(os.getpid()) if PARENT_DEATH_SIGNAL else None)
         except OSError as exc:
             raise BackendError(f"cannot start {self.binary}: {exc.strerror} — check [backend] binary") from None
         _RUNNING.add(self)
+        self._pid_file.write_text(str(self.proc.pid))
+        if not PARENT_DEATH_SIGNAL:
+            self._watchdog = _watchdog(self.proc.pid)
         self._wait_ready()
+
+    @property
+    def _pid_file(self) -> Path:
+        return run_folder() / f"{self.port}{SERVER_PID}"
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout
@@ -106,12 +131,38 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self._watchdog is not None:
+            self._watchdog.kill()  # its server is gone (and its pid free for another process to take)
+            self._watchdog.wait()
+            self._watchdog = None
+        self._pid_file.unlink(missing_ok=True)
         _RUNNING.discard(self)
 
     def close(self) -> None:
         self.stop()
         self.log.close()
         Path(self.log.name).unlink(missing_ok=True)
+
+
+def _dies_with_parent(parent: int) -> Callable[[], None]:
+    """What the child runs before llama-server replaces it: SIGKILL when its parent thread ends, and an exit at once
+    if the parent is already gone. Resolved here, in the parent: the child only calls into libc."""
+    prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return in_child
+
+
+def _watchdog(server: int) -> subprocess.Popen:
+    """A small process that kills ``server`` once the pipe from this process closes: at its exit, or its death."""
+    code = (f"import os, signal, sys\nsys.stdin.read()\n"
+            f"try: os.kill({server}, signal.SIGKILL)\nexcept OSError: pass")
+    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 @atexit.register

@@ -3,23 +3,32 @@ that a later run (``--history``), the app, the REPL and ``ask`` draft from them 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from ..chats.store import Store, StoredMessage
+from ..chats.store import DamagedDatabase, StoredMessage, StoreError, open_waiting
 from .runners import BASELINE, RunResult
 from .tasks import Task
 
 
 def save_as_chats(db: Path, tasks: list[Task], runs: list[RunResult], *, profile: str, system_prompt: str | None,
-                  target_id: str) -> int:
+                  target_id: str, on_wait: Callable[[str], None] = lambda _line: None) -> int:
     """Every task's plain-decoding replies (of its last repetition; a speculating runner's greedy replies are the
     same) saved as one chat — the task's own earlier turns, then each turn's question and reply with the target's
-    token ids; returns how many chats."""
+    token ids; returns how many chats. A damaged database is left as it is (the app sets it aside at its next
+    start), and said in one line."""
     last: dict[str, RunResult] = {}
     for run in runs:
         if run.runner == BASELINE and run.rep >= last.get(run.task, run).rep:
             last[run.task] = run
-    store = Store(db)
+    try:
+        store = open_waiting(db, on_wait)
+    except DamagedDatabase as exc:
+        raise StoreError(f"the chat database {db} is damaged ({exc}) — start specchat once to set it aside (or"
+                              " move it away), then run again") from None
+    except StoreError as exc:  # (its own words are the app's: "chatting in memory")
+        raise StoreError(f"the chat database {db} cannot be opened ({exc.reason}) — move it away or fix its"
+                         " permissions, then run again") from None
     saved = 0
     try:
         for task in tasks:

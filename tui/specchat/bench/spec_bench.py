@@ -23,6 +23,7 @@ CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction"
 # Where the reply repeats given text: Spec-Bench's prompt lookup gains most there (2.46× on summarization).
 COPY_HEAVY = frozenset({"summarization", "rag", "extraction"})
 MAX_TOKENS = 1024  # Spec-Bench's max_new_tokens
+SHOWN_REASONS = 5  # lines named when none could be read
 
 
 def is_jsonl(path: Path) -> bool:
@@ -38,17 +39,30 @@ def _question(number: int, line: str, label: str, max_tokens: int) -> Task:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: not a JSON object — each line is one question")
     turns = raw.get("turns")
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
-        raise ConfigError(f"{where}: 'turns' is missing or not a list of non-empty strings")
+    if not isinstance(turns, list) or not turns:
+        raise ConfigError(f"{where}: 'turns' is {_shown(turns)} — it must be a list of one or more questions")
+    for i, turn in enumerate(turns, start=1):
+        if not isinstance(turn, str) or not turn.strip():
+            raise ConfigError(f"{where}: turn {i} is {_shown(turn)} — each turn is a question's text")
     category = raw.get("category")
-    if not isinstance(category, str) or not category:
-        raise ConfigError(f"{where}: 'category' is missing or not a string")
+    if not isinstance(category, str) or not category.strip():
+        raise ConfigError(f"{where}: 'category' is {_shown(category)} — it must be a category's name")
     qid = raw.get("question_id", number)
-    if not isinstance(qid, int | str) or isinstance(qid, bool):
-        raise ConfigError(f"{where}: 'question_id' must be a number or a string")
+    if isinstance(qid, bool) or not isinstance(qid, int | str) or isinstance(qid, str) and not qid.strip():
+        raise ConfigError(f"{where}: 'question_id' is {_shown(qid)} — it must be a whole number or a string")
     return Task(name=f"{category}-{qid}", prompt=turns[0], kind=category, max_tokens=max_tokens,
                 copy_heavy=category in COPY_HEAVY, category=category, follow_ups=tuple(turns[1:]),
                 question_id=str(qid))
+
+
+def _shown(value: object) -> str:
+    """A JSON value as a line names it: missing, empty, or itself (cut short)."""
+    if value is None:
+        return "missing"
+    if value in ("", []) or isinstance(value, str) and not value.strip():
+        return "empty"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def read_questions(path: Path, *, max_tokens: int = MAX_TOKENS) -> tuple[list[Task], list[str]]:
@@ -76,7 +90,11 @@ def read_questions(path: Path, *, max_tokens: int = MAX_TOKENS) -> tuple[list[Ta
         first_line[task.question_id] = number
         tasks.append(task)
     if not tasks:
-        raise ConfigError(f"{path}: no question could be read — each line is a JSON object with 'category' and 'turns'")
+        reasons = [problem.removeprefix("skipped: ").removeprefix(f"{path}:") for problem in problems]
+        listed = "; ".join(f"line {reason}" for reason in reasons[:SHOWN_REASONS])
+        more = f"; and {len(reasons) - SHOWN_REASONS} more" if len(reasons) > SHOWN_REASONS else ""
+        raise ConfigError(f"{path}: no question could be read ({listed or 'the file is empty'}{more}) — each line is"
+                          " a JSON object with 'question_id', 'category' and 'turns'")
     return tasks, problems
 
 

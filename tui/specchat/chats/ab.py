@@ -80,6 +80,7 @@ class ABResult:
     identical: bool | None  # None when sampling: equal text is then not expected
     sampled: bool
     memory_of: str  # whose peak memory the table shows: this process, or the model server's
+    prompt: str = ""  # the prompt both arms answered: what a reference taken from the plain arm names
 
     @property
     def title(self) -> str:
@@ -122,7 +123,7 @@ class ABResult:
         if not tps:
             return None
         depth = int(self.plain.get("prompt_tokens", 0) + self.plain.get("generated", 0) / 2)
-        return PlainReference.measured(tps, depth, slope, self.sampled, "A/B plain run of this prompt")
+        return PlainReference.measured(tps, depth, slope, self.sampled, f"A/B plain run of {quoted(self.prompt)}")
 
 
 class Comparison:
@@ -143,4 +144,14 @@ class Comparison:
             return None
         identical = None if self.sampled else self.spec_tokens == tokens
         memory_of = "this process" if self.backend.pid is None else "the server"
-        return ABResult(self.spec, plain, identical, self.sampled, memory_of)
+        return ABResult(self.spec, plain, identical, self.sampled, memory_of, self.text)
+
+
+QUOTED_CHARS = 32  # of a prompt named on screen
+
+
+def quoted(prompt: str) -> str:
+    """A prompt named in a line: its first words, in quotes (a reference says which prompt it was measured on — not
+    "this prompt", which stops being true at the next message)."""
+    words = " ".join(prompt.split())
+    return f"'{words if len(words) <= QUOTED_CHARS else words[:QUOTED_CHARS - 1] + '…'}'"

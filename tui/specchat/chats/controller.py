@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..backends import Backend, switch_backend
 from ..engine import ReplyFinished
+from ..engine.conversation import ChatKey, Forgotten
 from ..engine.events import DraftSource, Event, SpeculationState
 from ..errors import Refused, SwitchFailed
 from ..figures import DASH
@@ -35,7 +36,7 @@ from .export import export
 from .recall import stored_replies
 from .records import INTERRUPTED, ReplyRecord, UserTurn
 from .session import ChatSession, Problem
-from .store import Store
+from .store import Store, StoreError
 
 # What a profile switch did that leaves the target as it was (its plain reference still holds).
 SAME_TARGET = ("parameters", "draft reloaded", "server restarted")
@@ -144,13 +145,22 @@ class ChatController:
         """A backend opened: it drafts from the stored chats too, where its method does (read off the engine thread)."""
         store = self.session.store  # (a front end may give the session its store after making the controller)
         if store is not None:
-            if self._forget_chat not in store.forgetting:
-                store.forgetting.append(self._forget_chat)
+            if self._forget not in store.forgetting:
+                store.forgetting.append(self._forget)
             backend.learn_history(partial(stored_replies, store.path))
 
-    def _forget_chat(self, conversation_id: int) -> None:
+    def store_opened(self) -> None:
+        """*Engine thread.* The session's store opened late (another process held it): the backend drafts from the
+        stored chats too, where its method does."""
         if self.backend is not None:
-            self.backend.forget_chat(conversation_id)
+            self._give_history(self.backend)
+
+    def _forget(self, what: Forgotten) -> None:
+        """Told by the store (any thread): a chat deleted or made private, or messages of one deleted."""
+        if what.messages is None and what.chat == self.session.id:
+            self.session.private = True  # made private while open (by another process, say): its replies stay here
+        if self.backend is not None:
+            self.backend.forget(what)
 
     def profile_switched(self, switched: Switched) -> list[str]:
         """The switch's result on screen; returns the notes not shown before, one line each."""
@@ -287,13 +297,25 @@ class ChatController:
 
     def _exchange(self, upto: int, text: str) -> Exchange:
         """The exchange for ``text`` after the first ``upto`` turns, its empty reply added to the chat."""
-        backend = self.backend
-        history = self.session.engine_messages(backend.target_id, upto=upto)
-        record = self.session.add_reply(backend.target_id)
-        record.conditions = conditions_of(backend.config, self.session.system_prompt)
+        backend, session = self.backend, self.session
+        self.catch_up()
+        history = session.engine_messages(backend.target_id, upto=upto)
+        record = session.add_reply(backend.target_id)
+        record.conditions = conditions_of(backend.config, session.system_prompt)
         record.profile = self.profile.name if self.profile is not None else ""
         self.cancel = threading.Event()
-        return Exchange(backend, history, text, self.max_tokens, self.cancel)
+        return Exchange(backend, history, text, self.max_tokens, self.cancel, ChatKey(session.id, session.private))
+
+    def catch_up(self) -> None:
+        """What another specchat (``specchat chats private``, another window) deleted or made private since the last
+        look is forgotten here too, before the next reply."""
+        store = self.session.store
+        if store is None:
+            return
+        try:
+            store.catch_up()
+        except StoreError:
+            pass  # a store that cannot be read now says so at its next save
 
     # -- branches, forks, deletion, titles (never while a reply streams: the front ends are idle then) -------------
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..backends import Backend
 from ..engine import ReplyStarted
+from ..engine.conversation import UNSTORED, ChatKey, Message
 from ..engine.events import Event
 from ..errors import one_line
 from .records import INSPECTOR_TOP
@@ -32,14 +33,16 @@ class Failure:
 class Exchange:
     """One question on its way to the backend. ``run`` it on the engine thread; every event goes to ``sink``."""
 
-    def __init__(self, backend: Backend, history, text: str, max_tokens: int, cancel: threading.Event) -> None:
+    def __init__(self, backend: Backend, history: list[Message], text: str, max_tokens: int, cancel: threading.Event,
+                 chat: ChatKey = UNSTORED) -> None:
         self.backend, self.history, self.text, self.max_tokens, self.cancel = backend, history, text, max_tokens, cancel
+        self.chat = chat  # the stored chat it is asked in, and whether that is private
 
     def run(self, sink: Callable[[Event], None]) -> Failure | None:
         started = False
         try:
             for event in self.backend.answer(self.history, self.text, max_tokens=self.max_tokens,
-                                             should_stop=self.cancel.is_set, top=INSPECTOR_TOP):
+                                             should_stop=self.cancel.is_set, top=INSPECTOR_TOP, chat=self.chat):
                 started = started or isinstance(event, ReplyStarted)
                 sink(event)
         except Exception as exc:  # any failure, specchat's or not, is one line and the chat goes on

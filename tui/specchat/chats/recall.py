@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..engine.drafters.history import StoredReply
-from .store import Store, StoreError
+from .store import StoreError, open_waiting
 
 if TYPE_CHECKING:
     from ..backends import Backend
@@ -50,7 +50,7 @@ def _tokens(text: str | None) -> tuple[int, ...] | None:
     return tuple(tokens) if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens) else None
 
 
-def learn_stored_chats(backend: Backend, db: Path) -> str:
+def learn_stored_chats(backend: Backend, db: Path, on_wait: Callable[[str], None] = lambda _line: None) -> str:
     """The chats stored at ``db``, read as the app reads them, given to ``backend`` for a method that drafts from them
     ("suffix"), waiting until they are indexed: a script's reply is its one reply (``ask``), and a benchmark's are
     measured (``bench --history``) — about a second for a few hundred chats, 12 s for ten thousand messages once their
@@ -59,7 +59,7 @@ def learn_stored_chats(backend: Backend, db: Path) -> str:
     if not db.is_file():
         return ""
     try:
-        Store(db).close()  # an older schema is migrated first, as the app would
+        open_waiting(db, on_wait).close()  # an older schema is migrated first, as the app would
     except (StoreError, sqlite3.DatabaseError) as exc:
         return f"earlier chats are not drafted from: {exc}"
     backend.learn_history(partial(stored_replies, db), wait=True)

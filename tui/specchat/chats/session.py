@@ -34,6 +34,7 @@ class ChatSession:
         self.title = ""
         self.profile = profile
         self.system_prompt = system_prompt
+        self.private = False  # never drafted from in another chat, and neither is a fork of it
         self.turns: list[Turn] = []
         self.branches = Branches(self.turns)  # the answers and edits kept but not shown
         self._saved = 0  # turns[:_saved] are stored as they are now
@@ -41,6 +42,7 @@ class ChatSession:
         self._branches_saved = True
         self._last_save = 0.0
         self._failing = False
+        self._deleted = False  # messages were deleted since the last save: the store tells what drafts to forget them
 
     # -- what the engine and the views read ----------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class ChatSession:
         self.branches.delete_from(index, instead)
         self._saved = min(self._saved, index)
         self._branches_saved = self._branches_saved and not forked
+        self._deleted = True
         self.save()
 
     def forget_if_empty(self) -> None:
@@ -150,13 +153,14 @@ class ChatSession:
         self.save()
 
     def fork(self, index: int) -> None:
-        """Continue in a new chat holding copies of turns 0 … ``index`` (this chat is saved and left as it is)."""
+        """Continue in a new chat holding copies of turns 0 … ``index`` (this chat is saved and left as it is). A fork
+        of a private chat is private: its copies are never drafted from in another chat either."""
         self.save()
         self._refuse_leaving_unsaved("fork")
         copies = [turn_of(_stored(t)) for t in self.turns[: index + 1]]
         self.id, self.title = None, f"{self.title} (fork)".strip()
         self._start(copies)
-        self.save()
+        self.save()  # created private when this chat is (``Store.create``)
 
     def interrupt(self) -> None:
         """The front end is closing while a reply streams: keep what arrived, marked as interrupted."""
@@ -185,7 +189,7 @@ class ChatSession:
     def new(self, system_prompt: str | None) -> None:
         self.interrupt()
         self._refuse_leaving_unsaved("start a new chat")
-        self.id, self.title, self.system_prompt = None, "", system_prompt
+        self.id, self.title, self.system_prompt, self.private = None, "", system_prompt, False
         self._start([])
         self._meta_saved = True
 
@@ -204,6 +208,7 @@ class ChatSession:
         stored = self.store.messages(conversation_id)
         rows = self.store.branches(conversation_id)
         self.id, self.title, self.profile = conversation.id, conversation.title, conversation.profile
+        self.private = conversation.private
         self.system_prompt = conversation.system_prompt
         self._start([turn_of(m) for m in stored])
         self.branches.load(rows, turn_of)
@@ -221,17 +226,19 @@ class ChatSession:
         self._last_save = time.monotonic()
         try:
             if self.id is None:
-                self.id = self.store.create(self.title, self.profile, self.system_prompt)
+                self.id = self.store.create(self.title, self.profile, self.system_prompt, private=self.private)
                 self._meta_saved = True
             elif not self._meta_saved:
                 self.store.update(self.id, title=self.title, profile=self.profile, system_prompt=self.system_prompt)
                 self._meta_saved = True
             start = self._saved
             self.store.replace_tail(self.id, start, [_stored(t) for t in self.turns[start:]],
-                                    None if self._branches_saved else self.branches.rows(_stored))
+                                    None if self._branches_saved else self.branches.rows(_stored),
+                                    deleting=self._deleted)
             streaming = self.last_reply is not None and self.last_reply.streaming
             self._saved = len(self.turns) - streaming
             self._branches_saved = True
+            self._deleted = False
         except (sqlite3.Error, StoreError, OSError) as exc:
             if not self._failing:
                 self._failing = True

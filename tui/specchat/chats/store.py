@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from ..engine.conversation import Forgotten
 from ..errors import SpecchatError, one_line
 from .records import Segment
 from .migrations import COLUMNS, MIGRATIONS, SCHEMA_VERSION
@@ -32,7 +33,23 @@ T = TypeVar("T")
 
 
 class StoreError(SpecchatError):
-    """The chat database cannot be used; chatting continues in memory."""
+    """The chat database cannot be used; chatting continues in memory. ``reason``: what SQLite or the system said."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+class StoreBusy(StoreError):
+    """Another process holds the database's write lock (another specchat saving, a sqlite3 shell in a transaction):
+    nothing is wrong with the file, and opening it waits (``open_store``)."""
+
+
+def _busy(exc: BaseException) -> bool:
+    """Whether SQLite failed only because another connection holds a lock (SQLITE_BUSY, SQLITE_LOCKED and their
+    extended codes): something to wait for, never damage."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 @dataclass
@@ -68,6 +85,7 @@ class ChatRow:
     system_prompt: str | None
     created: float
     updated: float
+    private: bool = False  # never drafted from in another chat (``chats.recall``)
 
 
 def private(path: Path, mode: int) -> None:
@@ -98,17 +116,21 @@ class DamagedDatabase(sqlite3.DatabaseError):
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, busy_timeout: float | None = None) -> None:
+        """``busy_timeout``: how long opening waits for another process's write lock before ``StoreBusy`` (default,
+        and for every later query, ``BUSY_TIMEOUT_S``)."""
         self.path = path
-        # Told the id of each chat deleted or made private: what drafts from earlier chats forgets it
-        # (``ChatController``).
-        self.forgetting: list[Callable[[int], None]] = []
+        # Told of each chat deleted or made private and each message deleted, here or by another process (``catch_up``):
+        # what drafts from earlier chats forgets them (``ChatController``).
+        self.forgetting: list[Callable[[Forgotten], None]] = []
+        self._seen: tuple[int, set[int], set[int]] | None = None  # data_version, chat ids, private ones: ``catch_up``
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
             private(path.parent, DIR_MODE)
             old_umask = os.umask(0o077)  # the database and its WAL files are created for their owner only
             try:
-                self.db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+                self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                          timeout=BUSY_TIMEOUT_S if busy_timeout is None else busy_timeout)
                 # Text with bytes that are not UTF-8 (a damaged page) reads with U+FFFD in their place, not an exception.
                 self.db.text_factory = lambda data: data.decode("utf-8", "replace")
                 try:
@@ -122,10 +144,17 @@ class Store:
                 private(Path(f"{path}{suffix}"), FILE_MODE)
         except DamagedDatabase:
             raise
-        except (sqlite3.Error, OSError) as exc:
+        except sqlite3.Error as exc:
+            if _busy(exc):
+                raise StoreBusy(f"another specchat is writing to {path}") from None
             raise StoreError(
                 f"cannot use the chat database {path} ({exc}) — chatting in memory, nothing is saved;"
-                " move the file away or fix its permissions to save again"
+                " move the file away or fix its permissions to save again", str(exc)
+            ) from None
+        except OSError as exc:
+            raise StoreError(
+                f"cannot use the chat database {path} ({exc}) — chatting in memory, nothing is saved;"
+                " move the file away or fix its permissions to save again", str(exc)
             ) from None
 
     def _prepare(self) -> None:
@@ -138,7 +167,8 @@ class Store:
         except UnicodeDecodeError as exc:  # sqlite3's message quotes a damaged schema's bytes
             raise DamagedDatabase(f"its schema is not text: {exc.reason}") from None
         except sqlite3.DatabaseError as exc:
-            if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            if not _busy(exc) and getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_CORRUPT,
+                                                                              sqlite3.SQLITE_NOTADB):
                 raise DamagedDatabase(str(exc)) from None
             raise
         if problems != ["ok"]:
@@ -149,6 +179,8 @@ class Store:
         self._migrate()
         self._check_columns()
         self._check_search_index()
+        self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        self.catch_up()  # what is deleted or private now was never drafted from: only later changes are news
 
     def _check_columns(self) -> None:
         """Every column the store reads is there: damage in the schema's own text (a column's name) passes the
@@ -166,6 +198,8 @@ class Store:
             try:
                 self.db.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
             except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+                if _busy(exc):  # the check writes: another process's write lock is no damage
+                    raise
                 raise DamagedDatabase(f"its search index {table} is damaged: {exc}") from None
 
     def _migrate(self) -> None:
@@ -186,21 +220,21 @@ class Store:
     # -- conversations ---------------------------------------------------------------------------------------------
 
     @_one_line_errors
-    def create(self, title: str, profile: str, system_prompt: str | None) -> int:
+    def create(self, title: str, profile: str, system_prompt: str | None, *, private: bool = False) -> int:
         now = time.time()
         with self._transaction():
             cursor = self.db.execute(
-                "INSERT INTO conversations (title, profile, system_prompt, created, updated) VALUES (?, ?, ?, ?, ?)",
-                (title, profile, system_prompt, now, now),
-            )
+                "INSERT INTO conversations (title, profile, system_prompt, created, updated, private)"
+                " VALUES (?, ?, ?, ?, ?, ?)", (title, profile, system_prompt, now, now, int(private)))
         return int(cursor.lastrowid)
 
     @_one_line_errors
     def conversations(self) -> list[ChatRow]:
         rows = self.db.execute(
-            "SELECT id, title, profile, system_prompt, created, updated FROM conversations ORDER BY updated DESC, id DESC"
+            "SELECT id, title, profile, system_prompt, created, updated, private != 0 FROM conversations"
+            " ORDER BY updated DESC, id DESC"
         ).fetchall()
-        return [ChatRow(*row) for row in rows]
+        return [ChatRow(*row[:-1], bool(row[-1])) for row in rows]
 
     @_one_line_errors
     def message_counts(self) -> dict[int, int]:
@@ -210,11 +244,11 @@ class Store:
     @_one_line_errors
     def get(self, conversation_id: int) -> ChatRow:
         row = self.db.execute(
-            "SELECT id, title, profile, system_prompt, created, updated FROM conversations WHERE id = ?", (conversation_id,)
-        ).fetchone()
+            "SELECT id, title, profile, system_prompt, created, updated, private != 0 FROM conversations WHERE id = ?",
+            (conversation_id,)).fetchone()
         if row is None:
             raise StoreError(f"conversation {conversation_id} does not exist")
-        return ChatRow(*row)
+        return ChatRow(*row[:-1], bool(row[-1]))
 
     @_one_line_errors
     def update(self, conversation_id: int, *, title: str, profile: str, system_prompt: str | None) -> None:
@@ -233,8 +267,7 @@ class Store:
             self._unindex("messages", "conversation_id = ?", (conversation_id,))
             self._unindex("branches", "conversation_id = ?", (conversation_id,))
             self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
-        for forget in self.forgetting:
-            forget(conversation_id)
+        self._tell(Forgotten(conversation_id))
 
     @_one_line_errors
     def set_private(self, conversation_id: int, private: bool) -> None:
@@ -244,12 +277,34 @@ class Store:
         with self._transaction():
             self.db.execute("UPDATE conversations SET private = ? WHERE id = ?", (int(private), conversation_id))
         if private:
-            for forget in self.forgetting:
-                forget(conversation_id)
+            self._tell(Forgotten(conversation_id))
 
     @_one_line_errors
     def private_chats(self) -> set[int]:
         return {row[0] for row in self.db.execute("SELECT id FROM conversations WHERE private != 0")}
+
+    def _tell(self, what: Forgotten) -> None:
+        for forget in self.forgetting:
+            forget(what)
+
+    @_one_line_errors
+    def catch_up(self) -> list[Forgotten]:
+        """What another process changed since the last call (SQLite's ``data_version`` moves with its commits): the
+        chats it deleted or made private, told to ``forgetting`` as this process's own changes are, and returned.
+        The first call only takes note (what was already deleted or private at open is not drafted from anyway)."""
+        version = self.db.execute("PRAGMA data_version").fetchone()[0]
+        if self._seen is not None and self._seen[0] == version:
+            return []
+        rows = self.db.execute("SELECT id, private != 0 FROM conversations").fetchall()
+        chats, private = {chat for chat, _ in rows}, {chat for chat, hidden in rows if hidden}
+        forgotten = []
+        if self._seen is not None:
+            _, seen_chats, seen_private = self._seen
+            forgotten = [Forgotten(chat) for chat in sorted((seen_chats - chats) | (private - seen_private))]
+        self._seen = (version, chats, private)
+        for what in forgotten:
+            self._tell(what)
+        return forgotten
 
     def _unindex(self, table: str, where: str, args: tuple) -> None:
         """Take ``table``'s rows that match ``where`` out of its search index (``{table}_fts``, keyed by their ids),
@@ -260,15 +315,18 @@ class Store:
 
     @_one_line_errors
     def replace_tail(self, conversation_id: int, start: int, messages: Sequence[StoredMessage],
-                     branches: Sequence[BranchRow] | None = None) -> None:
+                     branches: Sequence[BranchRow] | None = None, *, deleting: bool = False) -> None:
         """Make the messages from position ``start`` on exactly ``messages`` (and, when given, the chat's branches
-        exactly ``branches``), in one transaction.
+        exactly ``branches``), in one transaction. ``deleting``: the user deleted messages there — those rewritten
+        are told to ``forgetting`` as deleted (a reply rewritten as it streams, or kept as a version, is not).
 
         Writing a chat this way is idempotent: a write that failed (a full disk, a locked file) is simply repeated,
         with whatever changed since, once the database accepts writes again.
         """
         now = time.time()
         with self._transaction():
+            gone = frozenset(row[0] for row in self.db.execute(
+                "SELECT id FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, start)))
             self._unindex("messages", "conversation_id = ? AND position >= ?", (conversation_id, start))
             self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, start))
             for i, m in enumerate(messages):
@@ -289,6 +347,8 @@ class Store:
                     self.db.execute("INSERT INTO branches_fts (rowid, text, original) VALUES (?, ?, ?)",
                                     (cursor.lastrowid, indexed_text(row.text), row.text))
             self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+        if deleting and gone:
+            self._tell(Forgotten(conversation_id, gone))
 
     @_one_line_errors
     def branches(self, conversation_id: int) -> list[BranchRow]:
@@ -370,15 +430,17 @@ class _Transaction:
             pass  # nothing left to roll back
 
 
-def open_store(path: Path) -> tuple[Store | None, str | None]:
+def open_store(path: Path, on_wait: Callable[[str], None] = lambda _line: None,
+               first_wait: float | None = None) -> tuple[Store | None, str | None]:
     """The chat store at ``path`` and, when something was wrong, the one line to tell the user.
 
-    A damaged file is never written to nor deleted: it is renamed aside (its WAL files with it) for recovery and a new
-    database is started in its place. A file that cannot be used for another reason (permissions, a newer specchat's
-    schema) is left as it is and the chat runs in memory.
+    While another process holds the write lock (another specchat saving) opening waits, and ``on_wait`` is told so
+    once, in one line. A damaged file is never written to nor deleted: it is renamed aside (its WAL files with it)
+    for recovery and a new database is started in its place. A file that cannot be used for another reason
+    (permissions, a newer specchat's schema) is left as it is and the chat runs in memory.
     """
     try:
-        return Store(path), None
+        return open_waiting(path, on_wait, first_wait), None
     except StoreError as exc:
         return None, str(exc)
     except DamagedDatabase as exc:
@@ -389,6 +451,20 @@ def open_store(path: Path) -> tuple[Store | None, str | None]:
         return None, f"{one_line(again)} (the damaged database was kept as {aside})"
     return store, (f"the chat database {path} is damaged ({damage}) — it was kept as {aside} (`sqlite3 {aside} .recover`"
                    " may save its chats) and a new, empty one was started")
+
+
+def open_waiting(path: Path, on_wait: Callable[[str], None], first_wait: float | None = None) -> Store:
+    """``Store(path)``, waiting while another process holds the write lock: ``first_wait`` seconds (default
+    ``BUSY_TIMEOUT_S``), then as long as it takes, ``on_wait`` told so once (it may raise to stop waiting here)."""
+    wait, told = first_wait, False
+    while True:
+        try:
+            return Store(path, wait)
+        except StoreBusy as exc:
+            if not told:
+                on_wait(f"{exc} — waiting")
+                told = True
+            wait = None
 
 
 def _set_aside(path: Path) -> Path:

@@ -149,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         from ..chats.recall import learn_stored_chats
 
-        if problem := learn_stored_chats(backend, paths.chats_db()):
+        if problem := learn_stored_chats(backend, paths.chats_db(),
+                                         lambda line: print(f"specchat: {line}", file=sys.stderr, flush=True)):
             print(f"specchat: note: {problem}", file=sys.stderr)
         for note in backend.notes:
             print(f"specchat: note: {note}", file=sys.stderr)

@@ -86,8 +86,8 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
                         help="spec-bench: Spec-Bench's 480 questions in 13 categories (vendored); bundled: specchat's own tasks")
     parser.add_argument("--per", type=int, help="Spec-Bench questions: this many per category, drawn with --seed")
     parser.add_argument("--seed", type=int, default=0, help="the draw of --per (default 0)")
-    parser.add_argument("--questions", default="", help="Spec-Bench questions: these question ids, comma-separated")
-    parser.add_argument("--categories", default="", help="Spec-Bench questions: only these categories, comma-separated")
+    parser.add_argument("--questions", help="Spec-Bench questions: these question ids, comma-separated")
+    parser.add_argument("--categories", help="Spec-Bench questions: only these categories, comma-separated")
     parser.add_argument("--max-tokens", type=int, help=f"tokens per reply (Spec-Bench's own: {MAX_TOKENS}; "
                         "default: each task's own, Spec-Bench questions 1024)")
 
@@ -125,10 +125,8 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     # Measured at the profile's thread count, as the peers are: a run that adapts to a busy machine compares unequal runs.
     config = dataclasses.replace(run_config(profile), adapt_threads=False)
-    tasks, problems = chosen_tasks(args)
+    tasks, problems = chosen_tasks(args)  # (its problems already said)
     errors = list(problems)
-    for problem in problems:
-        _progress(problem)
     if not tasks:
         raise ConfigError("no valid task to run — fix the task file")
 
@@ -143,14 +141,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for runner in runners:
             runner.close()
-    if args.save_chats:
-        try:
-            saved = save_as_chats(paths.chats_db(), tasks, runs, profile=profile.name,
-                                  system_prompt=config.system_prompt, target_id=target_id)
-        except SpecchatError as exc:
-            raise SpecchatError(f"the replies were not saved as chats: {exc}") from None
-        _progress(f"saved {saved} chats to {paths.chats_db()} (titles 'bench: …'; `specchat chats` lists them)")
-
     report = reporting.build_report(
         runs,
         profile={"name": profile.name, "method": config.spec.method, "n_max": config.spec.n_max,
@@ -181,13 +171,29 @@ def run(args: argparse.Namespace) -> int:
             reporting.plot(report, args.plot)
     except OSError as exc:
         raise SpecchatError(f"cannot write the report: {exc}") from None
-    return 1 if report["output_changed"] else 0
+    # Last: the report and its files are out whatever happens to the chats store.
+    saved = not args.save_chats or _save_chats(tasks, runs, profile.name, config.system_prompt, target_id)
+    return 1 if report["output_changed"] or not saved else 0
+
+
+def _save_chats(tasks: list[Task], runs: list[RunResult], profile: str, system_prompt: str | None,
+                target_id: str) -> bool:
+    """``--save-chats``: the replies kept as chats; whether they were (a store that cannot take them is one line)."""
+    db = paths.chats_db()
+    try:
+        saved = save_as_chats(db, tasks, runs, profile=profile, system_prompt=system_prompt, target_id=target_id,
+                              on_wait=_progress)
+    except SpecchatError as exc:
+        print(f"specchat: the replies were not saved as chats: {exc}", file=sys.stderr)
+        return False
+    _progress(f"saved {saved} chats to {db} (titles 'bench: …'; `specchat chats` lists them)")
+    return True
 
 
 def _learn_stored_chats(runner: Any, errors: list[str]) -> None:
     """The stored chats given to a runner's backend (waiting until they are indexed); why not, as a line."""
     try:
-        problem = learn_stored_chats(runner.backend, paths.chats_db())
+        problem = learn_stored_chats(runner.backend, paths.chats_db(), _progress)
     except SpecchatError as exc:  # a server that would not start again with them, say
         problem = f"earlier chats are not drafted from: {exc}"
     if problem:
@@ -242,23 +248,33 @@ def chosen_tasks(args: argparse.Namespace) -> tuple[list[Task], list[str]]:
     if args.suite and args.tasks:
         raise ConfigError("give --suite or --tasks, not both")
     questions = args.suite == "spec-bench" or (args.tasks is not None and is_jsonl(args.tasks))
-    choosing = args.per is not None or args.questions or args.categories
+    choosing = args.per is not None or args.questions is not None or args.categories is not None
     if choosing and not questions:
         raise ConfigError("--per, --questions and --categories choose Spec-Bench questions — add --suite spec-bench "
                           "or --tasks FILE.jsonl")
     if not questions:
         tasks, problems = load_tasks(args.tasks)
+        for problem in problems:
+            _progress(problem)
         if args.max_tokens is not None:
             tasks = [dataclasses.replace(t, max_tokens=args.max_tokens) for t in tasks]
         return tasks, problems
+    selection = Selection(per=args.per, seed=args.seed, categories=listed(args.categories, "--categories"),
+                          questions=listed(args.questions, "--questions"))
     tasks, problems = read_questions(args.tasks or suite_path(), max_tokens=args.max_tokens or MAX_TOKENS)
-    selection = Selection(per=args.per, seed=args.seed, categories=_listed(args.categories),
-                          questions=_listed(args.questions))
+    for problem in problems:  # before a choice that fails: a question asked for may be among the lines skipped
+        _progress(problem)
     return select(tasks, selection), problems
 
 
-def _listed(text: str) -> tuple[str, ...]:
-    return tuple(filter(None, (part.strip() for part in text.split(","))))
+def listed(text: str | None, flag: str) -> tuple[str, ...]:
+    """A comma-separated option's items (none when it was not given); given but empty is one line naming it."""
+    if text is None:
+        return ()
+    items = tuple(filter(None, (part.strip() for part in text.split(","))))
+    if not items:
+        raise ConfigError(f"{flag} is empty — name one or more, separated by commas, or leave {flag} out for all")
+    return items
 
 
 def _alternate(runners: list[Any], tasks: list[Task], repeat: int, errors: list[str],

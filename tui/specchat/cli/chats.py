@@ -13,7 +13,8 @@ from ..errors import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    chats = sub.add_parser("chats", help="the stored chats: list, search, show or export them")
+    chats = sub.add_parser("chats", help="the stored chats: list, search, show or export them, or mark"
+                                                " one private")
     action = chats.add_subparsers(dest="action", required=True, metavar="{list,search,show,export,private}")
     action.add_parser("list", help="every chat, the most recently used first: id, messages, last used, title")
     search = action.add_parser("search", help="the messages holding every word given (accents and case aside; the"
@@ -35,13 +36,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def stored_chats():
     """The chat database as it is; a missing or damaged one is one line (and left as it is)."""
     from .. import paths
-    from ..chats.store import Store, StoreError
+    from ..chats.store import StoreError, open_waiting
 
     path = paths.chats_db()
     if not path.exists():
         raise ConfigError(f"no chats yet ({path} does not exist) — chat first: `specchat` or `specchat repl`")
     try:
-        store = Store(path)
+        store = open_waiting(path, lambda line: print(line, file=sys.stderr, flush=True))
     except (StoreError, sqlite3.Error) as exc:
         raise ConfigError(f"cannot read the chat database {path}: {exc}") from None
     try:
@@ -120,7 +121,8 @@ def _private(store, args) -> int:
     store.set_private(args.id, not args.off)
     chat = store.get(args.id)
     print(f"chat {chat.id} ({chat.title}): " + ("drafted from again in other chats" if args.off else
-          "private — not drafted from in other chats (an app already running forgets it at its next start)"))
+          "private — not drafted from in other chats (a specchat already running forgets it before its next"
+          " reply)"))
     return 0
 
 

@@ -30,6 +30,29 @@ class Message:
     finish_reason: str | None = None
 
 
+@dataclass(frozen=True)
+class ChatKey:
+    """Which stored chat a reply is in (``id`` None: none — a script's, a benchmark's) and whether the chat is private:
+    a private chat's replies are never kept for drafting in another chat, and a chat's kept replies go when it is
+    forgotten (``Forgotten``)."""
+
+    id: int | None = None
+    private: bool = False
+
+
+UNSTORED = ChatKey()  # a reply in no stored chat (``ask``, ``bench``): kept for drafting, forgotten with nothing
+NOT_KEPT = ChatKey(private=True)  # a reply kept for no other chat (A/B's plain arm: the same prompt once more)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What left the stored chats — a chat deleted or made private (``messages`` None), or messages of one deleted — and
+    is never drafted from again: not from the index over them, not from what this process kept of their replies."""
+
+    chat: int
+    messages: frozenset[int] | None = None
+
+
 def as_dicts(messages: list[Message]) -> list[dict[str, str]]:
     """Messages as a chat template or a chat-completions request takes them."""
     return [{"role": m.role, "content": m.content} for m in messages]

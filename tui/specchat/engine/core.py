@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from .candidates import Ranked, RowJudgement, ranked
 from .chat_template import ChatTemplate
 from .engine_config import DEFAULT_MAX_TOKENS, EngineConfig
-from .conversation import Message, TokenWindow
+from .conversation import UNSTORED, ChatKey, Forgotten, Message, TokenWindow
 from .cpu import ThreadGovernor
 from .drafters import METHODS, Draft, Drafter
 from .drafters.history import History, HistoryBuilder, StoredReply
@@ -54,6 +54,7 @@ from .stats import ReplyStats, rate
 __all__ = ["Engine", "Message"]
 
 RECALL_CONTEXT = 32  # prompt tokens remembered before each reply, so asking again matches them
+END_OF_REPLY = "<end>"  # how a candidate that ends the reply is named (its piece is no text)
 
 
 @dataclass
@@ -201,9 +202,10 @@ class Engine:
         self._history_builder = None
         self._index_history_if_read()
 
-    def forget_chat(self, conversation_id: int) -> None:
-        """A stored chat was deleted (or made private): nothing more is drafted from it. Any thread may call this."""
-        self.speculation.history.forget(conversation_id)
+    def forget(self, what: Forgotten) -> None:
+        """A stored chat was deleted or made private, or messages of one deleted: nothing more is drafted from them.
+        Any thread may call this."""
+        self.speculation.history.forget(what)
 
     @property
     def history(self) -> History:
@@ -334,10 +336,12 @@ class Engine:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         should_stop: Callable[[], bool] = lambda: False,
         top: int = 0,
+        chat: ChatKey = UNSTORED,
     ) -> Iterator[Event]:
         """Answer ``user_text``, yielding events as tokens are decided. Stops between steps when ``should_stop()``.
         With ``top``, each token carries its ``Judgement``: the ``top`` best candidates of the target (and of a model
-        draft) at its position, for the token inspector."""
+        draft) at its position, for the token inspector. ``chat``: the stored chat the reply is in — the reply is kept
+        for drafting in later chats unless that chat is private."""
         if not user_text.strip():
             raise ConfigError("the message is empty — type something to send")
         if max_tokens < 1:
@@ -346,9 +350,9 @@ class Engine:
             raise ConfigError(f"the number of candidates kept per token must be ≥ 0, got {top}")
         started = perf_counter()
         cfg = self.config
-        if self.history.memory_stale:  # a chat deleted or made private: what this process remembers may quote it
-            self.history.memory_stale = False
-            self.speculation.ngram.forget()
+        stale = self.history.take_stale()  # chats deleted or made private: what this process kept of them goes
+        if stale:
+            self.speculation.ngram.forget_chats(stale)
         user = Message("user", user_text)
         prompt, rendered, history, trimmed = self.chat.prompt(user, min(max_tokens, cfg.n_ctx // 4), cfg.n_ctx)
         if trimmed:
@@ -384,7 +388,7 @@ class Engine:
             self._idle.set()
             for ctx in contexts:
                 ctx.interrupt = None
-            text = self._end_reply(reply, recall, finish)
+            text = self._end_reply(reply, recall if not chat.private else None, chat.id, finish)
         yield ReplyFinished(text, finish, stats)
 
     def _generate(self, reply: _Reply, prompt: list[int], max_tokens: int,
@@ -427,8 +431,9 @@ class Engine:
             if governor is not None and governor.check():
                 yield ThreadsAdjusted(governor.threads, governor.allowed, governor.others, governor.n_cores)
 
-    def _end_reply(self, reply: _Reply, recall: list[int], finish: str) -> str:
-        """The reply joins the conversation as far as it was shown; returns its text."""
+    def _end_reply(self, reply: _Reply, recall: list[int] | None, chat: int | None, finish: str) -> str:
+        """The reply joins the conversation as far as it was shown, and is kept with the ``recall`` tokens before it
+        for drafting in later chats (None: it is not, being private); returns its text."""
         stats = reply.stats
         # Bytes of a character the reply was cut inside are not text (llama.cpp's server holds them back too): the
         # text is what was shown, and the tokens keep every byte.
@@ -436,7 +441,7 @@ class Engine:
         final_state = self.speculation_state()
         stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
         self.chat.end_turn(text, list(reply.tokens), finish)
-        self.speculation.end_reply(recall, reply.tokens)
+        self.speculation.end_reply(recall, reply.tokens, chat)
         stats.context_used = len(self.tokens)
         stats.threads = self.threads
         stats.t_total = perf_counter() - reply.started
@@ -472,10 +477,15 @@ class Engine:
                            draft.source if drafted else None, draft.origin if drafted else None)
 
     def _text(self, token: int) -> str:
-        """A candidate's text: a token that is only part of a UTF-8 character shows its bytes (<0xE3>), not U+FFFD."""
+        """A candidate's text: a token that is only part of a UTF-8 character shows its bytes (<0xE3>), not U+FFFD;
+        the end of the reply is named ``<end>``, another control token (no text of its own) by its name."""
         if not 0 <= token < self.target.n_vocab:
             return ""
+        if self.target.is_eog(token):
+            return END_OF_REPLY
         piece = self.target.piece(token)
+        if not piece:
+            return self.target.token_text(token).decode("utf-8", "replace") or f"<token {token}>"
         try:
             return piece.decode("utf-8")
         except UnicodeDecodeError:

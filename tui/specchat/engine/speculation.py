@@ -148,10 +148,11 @@ class Speculation:
         if drafter is not None:
             drafter.notice(tokens)
 
-    def end_reply(self, prompt_tail: list[int], reply: list[int]) -> None:
-        """The reply and the prompt tokens before it are kept for drafts: asking again, regenerating, an A/B rerun."""
-        if reply:
-            self.ngram.remember(prompt_tail + reply)
+    def end_reply(self, prompt_tail: list[int] | None, reply: list[int], chat: int | None) -> None:
+        """The reply and the prompt tokens before it are kept for drafts — asking again, regenerating — unless
+        ``prompt_tail`` is None (a private chat's); ``chat``: the stored chat they came from."""
+        if reply and prompt_tail is not None:
+            self.ngram.remember(prompt_tail + reply, chat)
         self.length.keep()  # the next process starts from here
 
     # -- costs --------------------------------------------------------------------------------------------------

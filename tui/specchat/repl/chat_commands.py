@@ -86,8 +86,9 @@ def fork(repl: Repl, arg: str) -> None:
         return
     before = repl.session.title
     repl.controller.fork(index)
+    private = " — private, as the chat it came from: never drafted from in another chat" if repl.session.private else ""
     repl.say(f"new chat {repl.session.title!r} with messages 1 … {index + 1} of {before!r} (which is kept as it"
-             " was)", "class:dim")
+             f" was){private}", "class:dim")
 
 
 def delete(repl: Repl, arg: str) -> None:

@@ -207,6 +207,8 @@ def _open(repl: Repl, arg: str) -> None:
         return
     repl.controller.open_chat(int(arg))
     repl.print_turns()
+    if repl.session.private:
+        repl.say("(a private chat: never drafted from in another one)", "class:dim")
 
 
 def _export(repl: Repl, arg: str) -> None:

@@ -17,7 +17,7 @@ import sys
 import termios
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +32,7 @@ from prompt_toolkit.output import ColorDepth, Output, create_output
 
 from .. import paths
 from ..chats.choice import Choice
-from ..chats.controller import ChatController, ControllerViews
+from ..chats.controller import ChatController, ControllerViews, Switched
 from ..chats.exchange import Failure
 from ..chats.records import INTERRUPTED, ReplyRecord
 from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
@@ -49,6 +49,7 @@ from .status import StatusLine
 
 FRAME_S = 0.2
 MEMORY_EVERY_S = 1.0
+TOOLBAR_REFRESH_S = 0.5  # the toolbar is drawn again this often at the prompt: "loading…" turns into the figures
 
 
 @dataclass
@@ -80,6 +81,8 @@ class Repl(ControllerViews):
         self._advised: set[str] = set()  # profiles whose "slower than plain" advice was given
         self.unsent = ""  # a message refused before it began (too long for the context): the next prompt holds it
         self.editing: int | None = None  # the message /edit put into the prompt: what is sent next replaces it
+        self._loading: tuple[Future, list[str]] | None = None  # the first load, while it runs, and what it said
+        self.failed_start = False
         self._memory_text, self._memory_at = DASH, -MEMORY_EVERY_S
         self.controller = ChatController(self._open_store(), settings.profile, self._problem,
                                          max_tokens=settings.max_tokens)
@@ -94,7 +97,8 @@ class Repl(ControllerViews):
                                         completer=PromptCompleter(self), complete_while_typing=True,
                                         key_bindings=self._keys(), vi_mode=settings.vi,
                                         color_depth=None if settings.color else ColorDepth.MONOCHROME,
-                                        bottom_toolbar=None if settings.plain else self._toolbar)
+                                        bottom_toolbar=None if settings.plain else self._toolbar,
+                                        refresh_interval=TOOLBAR_REFRESH_S)
 
     # -- output --------------------------------------------------------------------------------------------------
 
@@ -145,6 +149,8 @@ class Repl(ControllerViews):
 
     def _toolbar(self) -> FormattedText:
         name = self.profile.name if self.profile else self.settings.profile
+        if self._loading is not None and not self._loading[0].done():
+            return FormattedText([("class:toolbar", f"loading {name}… (a message sent now waits for it)")])
         width = self.output.get_size().columns
         return FormattedText([("class:toolbar", render.figures(self.telemetry, name, self.controller.method,
                                                                self._memory(), width))])
@@ -154,7 +160,7 @@ class Repl(ControllerViews):
     def _open_store(self) -> Store | None:
         if self.settings.db_path is None:
             return None
-        store, problem = open_store(self.settings.db_path)
+        store, problem = open_store(self.settings.db_path, lambda line: self._problem(line, False))
         if problem:
             self._problem(problem, True)
         return store
@@ -204,15 +210,56 @@ class Repl(ControllerViews):
             return False
         return True
 
+    def _start_loading(self) -> None:
+        """The first profile loads on the engine thread while the prompt is already up: a message sent before it is
+        ready waits for it (``_loaded``). What the load says meanwhile (deriving the draft) is kept and said after."""
+        said: list[str] = []
+
+        def load() -> Switched:
+            with told_while_deriving(said.append):
+                return self.controller.switch(Choice(self.settings.profile))
+
+        self._loading = (self._engine.submit(load), said)
+
+    def _loaded(self) -> bool:
+        """The first load finished, its lines said; False when it failed (said, and the REPL ends) or the user
+        withdrew the message waiting for it (Ctrl+C: it goes back to the prompt)."""
+        if self._loading is None:
+            return True
+        future, said = self._loading
+        if not future.done():
+            self.say("(waiting for the model to load — the message is sent then; Ctrl+C withdraws it)", "class:dim")
+        try:
+            switched = future.result()
+        except KeyboardInterrupt:
+            self.say("(withdrawn — it is back in the prompt; the model goes on loading)", "class:dim")
+            return False
+        except SpecchatError as exc:
+            self._loading = None
+            for line in said:
+                self.say(line, "class:dim")
+            self.controller.switch_failed()
+            self._problem(str(exc), True)
+            self.quitting, self.failed_start = True, True
+            return False
+        self._loading = None
+        for line in said:
+            self.say(line, "class:dim")
+        notes = self.controller.profile_switched(switched)
+        if not self.settings.plain:
+            for note in notes:
+                self._problem(f"note: {note}", False)
+            self.say(f"loaded {switched.profile.name} · {self.backend.where}", "class:dim")
+        return True
+
     # -- the loop --------------------------------------------------------------------------------------------------
 
     def run(self) -> int:
         assert self.prompt is not None
-        if not self._start():
-            return 2
+        self._start_loading()
         if not self.settings.plain:
-            self.say(f"specchat repl · {self.settings.profile} · {self.backend.where} · /help for commands,"
-                     " Ctrl+D to quit", "class:dim")
+            self.say(f"specchat repl · loading {self.settings.profile}… (a message sent meanwhile waits for it) ·"
+                     " /help for commands, Ctrl+D to quit", "class:dim")
         try:
             while not self.quitting:
                 try:
@@ -223,10 +270,13 @@ class Repl(ControllerViews):
                     continue  # Ctrl+C at the prompt clears the line (and leaves an edited message as it was)
                 except EOFError:
                     break  # Ctrl+D on an empty line
+                if not self._loaded():
+                    self.unsent = text if not self.quitting else ""
+                    continue
                 self._handle(text)
         finally:
             self.close()
-        return 0
+        return 2 if self.failed_start else 0
 
     def run_lines(self, lines: TextIO) -> int:
         """Not a terminal (``echo hi | specchat repl``): answer each line (a slash command runs, as typed), no
@@ -345,6 +395,8 @@ class Repl(ControllerViews):
         self.controller.quitting()
 
     def close(self) -> None:
+        if self._loading is not None:  # leaving before the first load ended: it ends first (nothing frees under it)
+            self._loading[0].exception()
         self.controller.interrupt([])
         self.on_engine(self.controller.close)
         self._engine.shutdown()

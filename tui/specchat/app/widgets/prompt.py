@@ -35,13 +35,14 @@ class PromptInput(TextArea):
             self.size, self.limit = size, limit
 
     def __init__(self, *, max_paste: int, **kwargs) -> None:
-        super().__init__(id="prompt", soft_wrap=True, show_line_numbers=False, **kwargs)
+        super().__init__(id="prompt", soft_wrap=True, show_line_numbers=False,
+                         placeholder="Type a message · Enter sends · Ctrl+J a new line · F1 lists every key", **kwargs)
         self.cursor_blink = False
         self.prompts: list[str] = []
         self._recall = 0
         self._max_paste = max_paste
 
-    def action_submit(self) -> None:
+    def _submit(self) -> None:
         text = self.text
         if not text.strip():
             return  # an empty prompt sends nothing
@@ -49,6 +50,31 @@ class PromptInput(TextArea):
         self._recall = len(self.prompts)
         self.clear()
         self.post_message(self.Submitted(text))
+
+    WAITING = "waiting for the model to load — sent then · Esc withdraws it"
+
+    @property
+    def waiting(self) -> bool:
+        """A message sent while the model loads, held here (read-only, so marked) until it is ready."""
+        return self.has_class("waiting")
+
+    def hold(self, text: str) -> None:
+        self.load_text(text)
+        self.read_only = True
+        self.border_title = self.WAITING
+        self.add_class("waiting")
+
+    def release(self) -> str:
+        """The message held, taken out of the waiting state (it stays in the prompt)."""
+        self.read_only = False
+        self.border_title = None
+        self.remove_class("waiting")
+        return self.text
+
+    def action_submit(self) -> None:
+        if self.waiting:
+            return  # sent once the model is loaded
+        self._submit()
 
     def action_complete(self) -> None:
         row, column = self.cursor_location

@@ -53,7 +53,7 @@ def _grid(rows: list[tuple[str, str | Text]]) -> Text:
 def _spark(values: list[float]) -> Text:
     """Per-step acceptance, oldest first, on a fixed 0–100 % scale so heights compare across replies."""
     line = "".join(SPARK_LEVELS[round(v * (len(SPARK_LEVELS) - 1))] for v in values)
-    return Text(line or DASH, style="green")
+    return Text(line, style="green")
 
 
 def _bar(fraction: float, width: int = 10) -> str:
@@ -89,9 +89,13 @@ def _acceptance(t: LiveTelemetry) -> Text:
         ("mean length", f"reply {num(t.reply.mean_acceptance_length, '.2f')}"
                         f" · chat {num(t.chat.mean_acceptance_length, '.2f')}"),
     ])
+    spark = list(t.spark)[-CONTENT_WIDTH:]
+    if not spark:  # a heading over nothing says nothing: one line instead
+        acceptance.append("\nper drafting step –", style="dim")
+        return acceptance
     acceptance.append("\ntokens per drafting step", style="dim")
     acceptance.append("\nper step, latest right\n", style="dim")
-    acceptance.append_text(_spark(list(t.spark)[-CONTENT_WIDTH:]))
+    acceptance.append_text(_spark(spark))
     return acceptance
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...errors import SpecchatError
+from ..conversation import Forgotten
 from ..llama import Model
 from .base import NO_DRAFT, Draft
 from .history_cache import TokenCache, digest
@@ -71,18 +72,30 @@ class History:
 
     index: HistoryIndex | None = None
     forgotten: set[int] = field(default_factory=set)  # conversation ids deleted or made private since the build
+    forgotten_replies: set[Origin] = field(default_factory=set)  # stored replies deleted since the build
     problem: str = ""  # why the last build failed, when it did
-    # A chat was forgotten: the replies this process remembers (the n-gram drafter's, not told apart by chat) may hold
-    # its text, and go at the next reply (``Engine.reply``, on the engine's thread).
-    memory_stale: bool = False
+    # Chats forgotten whose replies this process may still keep for drafting (the n-gram drafter's): they go at the
+    # next reply (``Engine.reply``, on the engine's thread).
+    stale: set[int] = field(default_factory=set)
 
-    def forget(self, conversation_id: int) -> None:
-        self.forgotten.add(conversation_id)
-        self.memory_stale = True
+    def forget(self, what: Forgotten) -> None:
+        if what.messages is None:
+            self.forgotten.add(what.chat)
+        else:
+            self.forgotten_replies.update((what.chat, message) for message in what.messages)
+        self.stale.add(what.chat)
+
+    def take_stale(self) -> set[int]:
+        """The chats whose kept replies are to go now (each told once)."""
+        stale, self.stale = self.stale, set()
+        return stale
 
     def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
         index = self.index
-        return index.propose(seq, n_max, rules, self.forgotten) if index is not None else NO_DRAFT
+        if index is None:
+            return NO_DRAFT
+        return index.propose(seq, n_max, rules, lambda origin: origin[0] in self.forgotten
+                             or origin in self.forgotten_replies)
 
 
 class HistoryIndex:
@@ -174,10 +187,10 @@ class HistoryIndex:
                 b = mid
         return start, a
 
-    def follows(self, lo: int, hi: int, forgotten: set[int]) -> list[int]:
+    def follows(self, lo: int, hi: int, forgotten: Callable[[Origin], bool]) -> list[int]:
         """Where the text after each occurrence in ``[lo, hi)`` begins, newest first: the most recent
-        ``OCCURRENCES`` (of an evenly spread sample, for a stretch that occurred thousands of times); a forgotten
-        chat's are left out."""
+        ``OCCURRENCES`` (of an evenly spread sample, for a stretch that occurred thousands of times); those in a
+        ``forgotten`` reply are left out."""
         positions = self._array[lo:hi]
         if len(positions) > OCCURRENCES * 64:  # a very common stretch: a spread sample stands for it
             positions = positions[:: len(positions) // (OCCURRENCES * 64)]
@@ -185,14 +198,13 @@ class HistoryIndex:
             positions = np.partition(positions, OCCURRENCES)[:OCCURRENCES]
         total = self._end
         follows = sorted((total - int(p) for p in positions if p >= 1), reverse=True)  # the match ends before
-        if forgotten:
-            follows = [f for f in follows if self.origin_at(f)[0] not in forgotten]
-        return follows
+        return [f for f in follows if not forgotten(self.origin_at(f))]
 
     def origin_at(self, position: int) -> Origin:
         return self.origins[int(np.searchsorted(self.starts, position, "right")) - 1]
 
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules, forgotten: set[int]) -> Draft:
+    def propose(self, seq: Sequence[int], n_max: int, rules: Rules,
+                forgotten: Callable[[Origin], bool] = lambda _origin: False) -> Draft:
         match, lo, hi = self.longest_match(seq)
         if match < MIN_MATCH:
             return NO_DRAFT

@@ -52,9 +52,15 @@ class NgramDrafter(Drafter):
 
     def __init__(self, key_min: int = 2, key_max: int = 4) -> None:
         self.sizes = range(key_max, key_min - 1, -1)
-        self._memory: list[int] = []
-        self._recall = _Index(self.sizes)
+        self._kept: list[tuple[int | None, list[int]]] = []  # each remembered sequence with the chat it came from
+        self._index_kept()
         self.reset()
+
+    def _index_kept(self) -> None:
+        """The remembered sequences laid end to end, separated, and indexed anew."""
+        self._memory = [token for _, tokens in self._kept for token in (self.SEPARATOR, *tokens)]
+        self._recall = _Index(self.sizes)
+        self._recall.extend(self._memory, len(self._memory))
 
     def reset(self) -> None:
         """Start over with a new conversation (what is remembered stays)."""
@@ -62,23 +68,36 @@ class NgramDrafter(Drafter):
 
     def forget(self) -> None:
         """Forget the remembered replies too."""
-        self._memory, self._recall = [], _Index(self.sizes)
+        self._kept = []
+        self._index_kept()
         self.reset()
+
+    def forget_chats(self, chats: set[int]) -> None:
+        """Forget the replies remembered from these chats (deleted, made private, or messages of them deleted)."""
+        kept = [(chat, tokens) for chat, tokens in self._kept if chat not in chats]
+        if len(kept) != len(self._kept):
+            self._kept = kept
+            self._index_kept()
 
     @property
     def remembered(self) -> int:
         """Tokens kept from earlier conversations."""
-        return len(self._memory)
+        return sum(len(tokens) for _, tokens in self._kept)
 
     @property
     def index_size(self) -> int:
         """n-gram keys indexed: the conversation's and the remembered replies' together."""
         return len(self._conversation.follows) + len(self._recall.follows)
 
-    def remember(self, tokens: Sequence[int]) -> None:
-        """Keep ``tokens`` (a reply and the text just before it) for drafting in later conversations."""
-        if len(self._memory) + len(tokens) >= self.MEMORY_TOKENS:
-            self._memory, self._recall = self._memory[len(self._memory) // 2 :], _Index(self.sizes)
+    def remember(self, tokens: Sequence[int], chat: int | None = None) -> None:
+        """Keep ``tokens`` (a reply and the text just before it, in stored chat ``chat``, None for none) for drafting in
+        later conversations."""
+        if len(self._memory) + len(tokens) >= self.MEMORY_TOKENS:  # the oldest half goes
+            total = len(self._memory)
+            while self._kept and total > self.MEMORY_TOKENS // 2:
+                total -= len(self._kept.pop(0)[1]) + 1
+            self._index_kept()
+        self._kept.append((chat, list(tokens)))
         self._memory += [self.SEPARATOR, *tokens]
         self._recall.extend(self._memory, len(self._memory))
 

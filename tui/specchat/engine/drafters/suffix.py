@@ -31,6 +31,6 @@ class SuffixDrafter(Drafter):
         return recalled if recalled.tokens and recalled.match > copy.match else copy
 
 
-METHOD = Method("suffix", "copies from earlier text of this chat and of every stored chat (a llama.cpp server keeps"
-                " its own lookup cache instead); no draft model", "ngram-cache",
+METHOD = Method("suffix", "copies from earlier text of this chat and of every stored chat (a llama.cpp server runs"
+                " ngram-cache on lookup caches of the stored chats); no draft model", "ngram-cache",
                 build=lambda parts: SuffixDrafter(parts.ngram, parts.history), copies=True, reads_history=True)

@@ -14,6 +14,7 @@ from .combined import then_model
 from .suffix import SuffixDrafter
 
 METHOD = Method("suffix+draft", "copies from this chat and every stored chat where one is worth verifying, the draft"
-                " model otherwise (a llama.cpp server keeps its own lookup cache instead)", "ngram-cache,draft-simple",
+                " model otherwise (a llama.cpp server runs ngram-cache on lookup caches of the stored chats)",
+                "ngram-cache,draft-simple",
                 build=lambda parts: then_model(SuffixDrafter(parts.ngram, parts.history), parts), draft_model=True,
                 copies=True, reads_history=True)
