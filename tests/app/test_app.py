@@ -236,7 +236,12 @@ async def test_ab_compare_reruns_without_speculation(settings):
         assert result.plain["method"] == "none" and result.plain["decode_tps"]
         assert result.spec["method"] == "draft" and result.spec["drafted"] > 0
         assert app.backend.engine.config.spec.method == "draft"  # the profile is back as it was
-        assert "A/B plain run" in app.telemetry.plain_source
+        assert "A/B plain run of 'What is two plus two?'" in app.telemetry.plain_source
+        # Another chat, another prompt: the reference still names the prompt it was measured on ("A/B plain run of
+        # this prompt" there vouched for a run that never was).
+        await pilot.press("escape", "ctrl+n")
+        await ask(pilot, "Name a colour.")
+        assert "A/B plain run of 'What is two plus two?'" in app.telemetry.plain_source
 
 
 async def test_help_lists_every_binding_and_keys_can_be_remapped(settings):
@@ -727,3 +732,100 @@ async def test_the_chat_through_a_managed_llama_server(settings, llama_server, m
         time.sleep(0.1)
     else:
         raise AssertionError("the managed llama-server outlived the app")
+
+
+class FirstStart:
+    """A first start that loads until ``done()``: the embedded draft is not derived yet and another thread holds its
+    derivation (a newcomer's first load takes seconds, here as long as the test needs)."""
+
+    def __init__(self, user_cache, draft_path) -> None:
+        from specchat.profiles import embedded
+
+        for derived in user_cache.glob(draft_path.name + "*"):
+            derived.unlink()
+        self.lock = embedded._deriving
+        self.lock.acquire()
+
+    def done(self) -> None:
+        if self.lock.locked():
+            self.lock.release()
+
+
+async def test_a_message_sent_while_the_model_loads_waits_and_is_sent_once_it_is_loaded(settings, user_cache,
+                                                                                          draft_path):
+    """It was refused ("the model is still loading — try again"); a newcomer presses Enter at once."""
+    from specchat.app.engine_thread import Activity
+
+    loading = FirstStart(user_cache, draft_path)
+    app = make_app(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one(PromptInput)
+        try:
+            assert app.busy is Activity.LOADING
+            prompt.load_text("Qué es un faro? ¿Y 灯塔?")
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.busy is Activity.LOADING and prompt.waiting and prompt.read_only
+            assert "Esc withdraws" in str(prompt.border_title) and not app.session.turns
+        finally:
+            loading.done()
+        await wait_until(pilot, lambda: app.busy is None and app.last_reply is not None
+                         and app.last_reply.finish_reason)
+        assert app.session.turns[0].text == "Qué es un faro? ¿Y 灯塔?"
+        assert not prompt.waiting and not prompt.read_only and prompt.text == ""
+        assert Store(settings.db_path).messages(app.session.id)[0].content == "Qué es un faro? ¿Y 灯塔?"
+
+
+async def test_esc_withdraws_a_message_waiting_for_the_model_and_keeps_it_in_the_prompt(settings, user_cache,
+                                                                                       draft_path):
+    from specchat.app.engine_thread import Activity
+
+    loading = FirstStart(user_cache, draft_path)
+    app = make_app(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one(PromptInput)
+        try:
+            prompt.load_text("Say hello.")
+            await pilot.press("enter")
+            await pilot.pause()
+            assert prompt.waiting and app.busy is Activity.LOADING
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not prompt.waiting and not prompt.read_only and prompt.text == "Say hello."
+        finally:
+            loading.done()
+        await ready(pilot)
+        await pilot.pause()
+        assert not app.session.turns and prompt.text == "Say hello."  # withdrawn: not sent when the load ended
+
+
+async def test_the_profile_loaded_is_the_one_the_next_start_opens(settings):
+    """F2 → tiny, Ctrl+Q, `specchat`: it was back to the default."""
+    from specchat.app.settings import starting_profile
+    from specchat.profiles import DEFAULT_PROFILE
+
+    assert starting_profile(None, settings.last_profile) == (DEFAULT_PROFILE, "")  # nothing remembered yet
+    app = make_app(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+    assert settings.last_profile.read_text().strip() == "tiny"
+    assert starting_profile(None, settings.last_profile) == ("tiny", "")
+    assert starting_profile("ngram", settings.last_profile) == ("ngram", "")  # --profile still wins
+    settings.last_profile.write_text("gone-since\n")
+    profile, note = starting_profile(None, settings.last_profile)
+    assert profile == DEFAULT_PROFILE and "the profile used last (gone-since) cannot be opened now" in note
+
+
+async def test_the_sidebar_shows_a_reply_that_drafted_nothing_as_plain_decoding(settings):
+    """A busy start's reference (3 tok/s) made a plain reply read "25.06× of 3 tok/s" (issue #47)."""
+    from specchat.engine.reference import PlainReference
+
+    settings.profile, settings.max_tokens = "baseline", 40
+    async with make_app(settings).run_test(size=SIZE) as pilot:
+        app = await ready(pilot)
+        app.telemetry.reference = PlainReference.measured(3.0, 40, None, False, "a plain run beside a compile")
+        await ask(pilot, "Write a short story about a robot.")
+        await pilot.pause()
+        shown = " ".join(app.sidebar.plain.split())
+        assert "vs plain 1.00× — nothing drafted" in shown
+        assert "undrafted steps (the reference read 3 tok/s there)" in shown

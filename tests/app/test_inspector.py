@@ -458,3 +458,14 @@ def test_replay_shows_a_steps_rejected_tail_at_that_step_not_before(make_engine)
     record = ReplyRecord()
     record.add(events_of(rows))
     assert replay.ghosts_until(len(replay.steps) - 1) == record.ghosts  # the whole reply: the record's own ghosts
+
+
+def test_the_end_of_the_reply_is_a_named_candidate_not_an_empty_string(make_engine):
+    """The inspector showed it as '' ("'.' 93.2% · '' 2.5%")."""
+    engine = make_engine("draft", n_max=4)
+    tokens = shown_tokens(engine.reply("Say hello.", max_tokens=24, top=5))
+    candidates = [c for t in tokens for c in (*t.judgement.top, *t.judgement.draft_top)]
+    ends = [c for c in candidates if engine.target.is_eog(c.token)]
+    assert ends  # this reply's end was a candidate somewhere
+    assert all(c.text == "<end>" for c in ends)
+    assert all(c.text for c in candidates)  # no candidate shown as nothing

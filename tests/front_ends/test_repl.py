@@ -243,3 +243,71 @@ def test_the_terminal_closing_mid_reply_quits_with_the_partial_reply_saved_as_in
     # memory only.
     kept = repl.session.last_reply
     assert (reply.content, reply.tokens, reply.finish_reason) == (kept.text, list(kept.tokens), kept.finish_reason)
+
+
+def test_a_message_typed_while_the_model_loads_waits_for_it_and_is_answered(repl_settings, user_cache, draft_path):
+    """It was refused ("the model is still loading — try again"); a newcomer types at once."""
+    from specchat.profiles import embedded
+
+    for derived in user_cache.glob(draft_path.name + "*"):  # a first start: the draft is derived while it loads,
+        derived.unlink()
+    embedded._deriving.acquire()  # here as long as the test needs (another thread holds the derivation)
+    released = threading.Event()
+
+    def load_later(_repl) -> None:
+        time.sleep(2.0)
+        embedded._deriving.release()
+        released.set()
+
+    try:
+        _, terminal, text = run_repl(repl_settings, "¿Qué es un faro? 灯塔\r", CTRL_D, during=load_later)
+    finally:
+        if not released.wait(10):
+            embedded._deriving.release()
+    assert "waiting for the model to load — the message is sent then" in terminal + text
+    (chat,) = saved_chats(repl_settings.db_path)
+    assert [m.content for m in chat if m.role == "user"] == ["¿Qué es un faro? 灯塔"]
+    assert [m.finish_reason for m in chat if m.role == "assistant"][0] in ("stop", "length", "loop")
+
+
+def test_ctrl_c_withdraws_a_message_waiting_for_the_model(repl_settings, user_cache, draft_path):
+    from specchat.profiles import embedded
+
+    for derived in user_cache.glob(draft_path.name + "*"):
+        derived.unlink()
+    embedded._deriving.acquire()
+    released = threading.Event()
+
+    def withdraw_then_load(_repl) -> None:
+        time.sleep(1.5)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl+C while the message waits
+        time.sleep(1.0)
+        embedded._deriving.release()
+        released.set()
+
+    try:
+        _, terminal, text = run_repl(repl_settings, "Say hello.\r", "\x15" + CTRL_D, during=withdraw_then_load)
+    finally:
+        if not released.wait(10):
+            embedded._deriving.release()
+    assert "(withdrawn — it is back in the prompt; the model goes on loading)" in terminal + text
+    assert saved_chats(repl_settings.db_path) == []  # never sent
+
+
+def test_a_reply_that_drafted_nothing_reads_as_plain_decoding_in_the_repl(tmp_path, user_cache):
+    """A busy start's reference (3 tok/s) made a plain reply read 25× "vs plain" (issue #47)."""
+    from specchat.engine.reference import PlainReference
+
+    settings = ReplSettings("baseline", db_path=tmp_path / "chats.sqlite3", history_path=tmp_path / "history",
+                            max_tokens=40)
+    busy = PlainReference.measured(3.0, 40, None, False, "a plain run beside a compile")
+
+    def poison(repl) -> None:  # as soon as the start's own reference is in, the busy one replaces it
+        deadline = time.monotonic() + 120
+        while repl.telemetry.reference is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        repl.telemetry.reference = busy
+
+    repl, terminal, _ = run_repl(settings, "Write a short story about a robot.\r", CTRL_D, during=poison)
+    assert repl.telemetry.speedup() == 1.0 and repl.telemetry.reference is not busy
+    assert "vs plain 1.00× nothing drafted" in terminal

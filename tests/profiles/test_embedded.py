@@ -12,6 +12,7 @@ from helpers import cli, CTRL_D, run_repl
 
 from specchat import paths
 from specchat.engine.gguf_header import read_metadata
+from specchat.engine import phases
 from specchat.profiles import embedded
 from specchat.repl.shell import ReplSettings
 
@@ -24,7 +25,7 @@ def test_target_is_found_without_importing_its_package(target_path):
 
 def test_draft_is_derived_atomically_and_rebuilt_when_damaged(tmp_path, target_path):
     told: list[str] = []
-    with embedded.told_while_deriving(told.append):
+    with phases.told(told.append):
         draft = embedded.draft_path(tmp_path)
         embedded.draft_path(tmp_path)  # already derived: nothing to say
     # What a first start shows: why it takes this long, then llama.cpp's quantizer's own progress, by tenths.

@@ -41,7 +41,7 @@ from .screens import ABScreen, HelpScreen
 from .settings import Settings
 from .widgets.footer import Footer
 from .widgets.prompt import PromptInput
-from .widgets.reply import ReplyView, UserMessage, legend
+from .widgets.reply import Legend, ReplyView, UserMessage, legend
 from .widgets.sidebar import MemorySnapshot, ProfileInfo, Sidebar
 
 # On a CPU the UI competes with llama.cpp's threads for the same cores: every redraw costs decode speed, about one
@@ -73,8 +73,9 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             super().__init__()
             self.switched = switched
 
-    class DraftDeriving(Message):
-        """A load derives the demo draft from the target first (once per machine): what it is doing, how far."""
+    class LoadPhaseBegun(Message):
+        """A load began a phase (``engine/phases.py``): loading a model, deriving the demo draft, timing verify
+        batches, measuring plain decoding… — what it is doing now, and how far where that is known."""
 
         def __init__(self, line: str) -> None:
             super().__init__()
@@ -129,7 +130,7 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             with Vertical(id="chat-column"):
                 yield VerticalScroll(id="chat")
                 yield self.new_inspector()
-                yield Static(legend(), id="legend")
+                yield Legend(legend(), id="legend")
                 yield PromptInput(max_paste=self.settings.max_paste_chars)
             yield Sidebar()
         yield Footer()
@@ -196,6 +197,9 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
         self.engine_thread.start()
         lower_ui_priority()
         self.frame_timer = self.set_interval(FRAME_S, self._drain_inbox, pause=True)
+        # A chat that fitted may overflow once the terminal narrows: it then shows its end, where the reader was, not
+        # its top. (An anchored chat keeps its end by itself; one scrolled up is released and keeps its place.)
+        self.watch(self.chat, "virtual_size", self.follow_chat, init=False)
         try:
             self.remapped = load_keymap(self.settings.keymap)
             self.set_keymap(self.remapped)
@@ -222,7 +226,11 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
 
     def _apply_width(self, width: int) -> None:
         # A narrow terminal keeps the chat usable: the sidebar collapses instead of squeezing it.
-        self.sidebar.display = width >= self.settings.sidebar_min_width
+        narrow = width < self.settings.sidebar_min_width
+        self.sidebar.display = not narrow
+        # Closer keys, and Ctrl+P's palette (still bound) off the bar: at 70 columns F1 stays on it.
+        footer = self.query_one(Footer)
+        footer.compact, footer.show_command_palette = narrow, not narrow
 
     def watch_busy(self) -> None:
         self.refresh_sidebar()

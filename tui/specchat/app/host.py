@@ -44,7 +44,7 @@ class AppHost(Protocol):
     EventsArrived: type[SpecchatApp.EventsArrived]
     ReplyFailed: type[SpecchatApp.ReplyFailed]
     ProfileLoaded: type[SpecchatApp.ProfileLoaded]
-    DraftDeriving: type[SpecchatApp.DraftDeriving]
+    LoadPhaseBegun: type[SpecchatApp.LoadPhaseBegun]
     LoadFailed: type[SpecchatApp.LoadFailed]
 
     @property

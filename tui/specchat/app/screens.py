@@ -186,6 +186,10 @@ class ProfileScreen(_Modal):
         self._show_profiles()
 
     def on_mount(self) -> None:
+        listing = self.query_one("#profile-list", OptionList)
+        ids = [listing.get_option_at_index(i).id for i in range(listing.option_count)]
+        if f"profile:{self.current}" in ids:  # the profile in use is where the list opens, in view
+            listing.highlighted = ids.index(f"profile:{self.current}")
         self._check_models()
         self._find_drafts()
 

@@ -49,8 +49,8 @@ class ReplyStreaming(MixinBase):
 
     def send_waiting(self) -> None:
         """The load ended: a message held while it ran is sent now (when a model is there to answer it)."""
-        prompt = self.query_one(PromptInput)
-        if not prompt.waiting:
+        prompt = next(iter(self.query(PromptInput)), None)
+        if prompt is None or not prompt.waiting:  # None: a load that ended as the app quit, its widgets gone
             return
         text = prompt.release()
         if self.controller.why_not_send() is None:

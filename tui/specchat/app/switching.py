@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..chats.choice import Choice
 from ..errors import SpecchatError
-from ..profiles.embedded import told_while_deriving
+from ..engine import phases
 from ..profiles.favourites import favourite
 from .settings import remember_profile
 from .engine_thread import Activity, settle_garbage
@@ -40,7 +40,7 @@ class SwitchingActions(MixinBase):
 
         def job() -> None:
             try:
-                with told_while_deriving(lambda line: self.post_message(self.DraftDeriving(line))):
+                with phases.told(lambda line: self.post_message(self.LoadPhaseBegun(line))):
                     switched = controller.switch(choice)
             except SpecchatError as exc:
                 self.post_message(self.LoadFailed(str(exc)))
@@ -102,8 +102,8 @@ class SwitchingActions(MixinBase):
         self.job_done()
         self.send_waiting()
 
-    def on_specchat_app_draft_deriving(self, message: SpecchatApp.DraftDeriving) -> None:
-        if self.busy is Activity.LOADING:  # the load's status line says why it takes this long
+    def on_specchat_app_load_phase_begun(self, message: SpecchatApp.LoadPhaseBegun) -> None:
+        if self.busy is Activity.LOADING:  # the load's status line says what takes this long
             self.set_job(Activity.LOADING, message.line)
 
     def on_specchat_app_load_failed(self, message: SpecchatApp.LoadFailed) -> None:

@@ -28,6 +28,7 @@ from ..engine.drafters import METHODS
 from ..engine.drafters.history import StoredReply
 from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
 from ..engine.llama import Model, model_identity
+from ..engine.phases import announce
 from ..engine.reference import PLAIN_RATE_TOKENS, PlainReference
 from ..engine.stats import rate
 from ..errors import BackendError, ConfigError, SpecchatError, SwitchFailed
@@ -141,6 +142,7 @@ class LlamaServerBackend:
             self._vocab = Model(config.target.path, role="target", vocab_only=True) if local else None
         if kind.starts_process:
             caches = self._ready_cache_args(config)
+            announce(f"starting llama-server with {config.target.path.name} (it loads the model before it answers)")
             self.process = ServerProcess(find_server(backend.binary), server_args(config) + caches,
                                          ready_timeout=backend.ready_timeout)
             self._running_cache_args = caches
@@ -296,6 +298,7 @@ class LlamaServerBackend:
         if self.no_reference or self.chat is None:
             return None
         saved = self.chat.snapshot()
+        announce(f'measuring plain decoding on the server for "vs plain" ({PLAIN_RATE_TOKENS} tokens)')
         try:
             events = list(self._reply([], "Count from one to fifty.", PLAIN_RATE_TOKENS, lambda: False))
         finally:

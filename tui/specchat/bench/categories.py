@@ -3,7 +3,8 @@
 Spec-Bench (``evaluation/speed.py``) divides a method's mean tokens/s over a category's questions by the baseline's
 mean over the same questions, and reports the mean accepted tokens per target step beside it. Here the rates are
 decode rates (each turn's prefill and first token apart, TTFT shown on its own), each question's the median of its
-alternated repetitions, and the baseline is specchat's plain decoding of the same target in the same run.
+alternated repetitions, and the baseline is specchat's plain decoding of the same target in the same run. Each
+speed-up carries its 95 % interval (``intervals``), and a verdict is said only where that interval excludes parity.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..figures import DASH, num
+from .intervals import rates_of, ratio_interval, verdict
 from .runners import BASELINE
 from .spec_bench import CATEGORIES
 
@@ -63,22 +65,33 @@ def by_category(report: dict[str, Any]) -> list[dict[str, Any]]:
             runs[(key, run["runner"])].append(run)
     rows = []
     for category in [*_order(set(category_of.values())), OVERALL]:
+        questions = {t for t, c in category_of.items() if c == category or category == OVERALL}
+        plain = rates_of(measured, BASELINE, questions)
         for runner in runners:
             if (category, runner) in groups:
-                rows.append({"category": category, "runner": runner,
-                             **_figures(groups[(category, runner)], base, runs[(category, runner)])})
+                figures = _figures(groups[(category, runner)], base, runs[(category, runner)])
+                interval = None if runner == BASELINE else ratio_interval(rates_of(measured, runner, questions), plain)
+                rows.append({"category": category, "runner": runner, **figures, "speedup_interval": interval})
     return rows
 
 
+def peer_interval(report: dict[str, Any], category: str, mine: str, peer: str) -> tuple[float, float] | None:
+    """The 95 % interval of ``mine``'s speed-up over ``peer``'s in ``category`` (their rates, paired by repetition)."""
+    questions = {t for t, c in report["categories"].items() if c == category or category == OVERALL}
+    measured = report["runs"]
+    return ratio_interval(rates_of(measured, mine, questions), rates_of(measured, peer, questions))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    header = ["category", "runner", "questions", "speed-up", "decode tok/s", "tokens/step", "accept %", "TTFT ms",
-              "same output"]
+    header = ["category", "runner", "questions", "speed-up", "95 % interval", "decode tok/s", "tokens/step", "accept %",
+              "TTFT ms", "same output"]
     lines = [header]
     for r in rows:
         same = {True: "yes", False: "CHANGED", None: DASH}[r["same_output"]]
         timed = "" if r["timed"] == r["questions"] or r["runner"] == BASELINE else f" ({r['timed']} timed)"
         lines.append([r["category"], r["runner"], f"{r['questions']}{timed}",
                       num(r["speedup"], ".2f") + ("×" if r["speedup"] is not None else ""),
+                      _interval(r.get("speedup_interval")),
                       num(r["decode_tps_mean"], ".1f"), num(r["tokens_per_step"], ".2f"),
                       num(r["acceptance_rate"], ".0f", 100), num(r["ttft_median"], ".0f", 1000), same])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -87,8 +100,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def verdicts(rows: list[dict[str, Any]], spec_runner: str) -> str:
-    """Where the profile stands against the best identical-output peer and plain decoding, category by category."""
+def _interval(interval: tuple[float, float] | list[float] | None) -> str:
+    return DASH if interval is None else f"{interval[0]:.2f}–{interval[1]:.2f}×"
+
+
+def verdicts(report: dict[str, Any], spec_runner: str) -> str:
+    """Where the profile stands against plain decoding and the best identical-output peer, category by category:
+    "faster", "ahead" and their opposites only where the 95 % interval excludes parity, "level" otherwise."""
+    rows = report["by_category"]
     lines = []
     for category in dict.fromkeys(r["category"] for r in rows):
         mine = next((r for r in rows if r["category"] == category and r["runner"] == spec_runner), None)
@@ -96,12 +115,16 @@ def verdicts(rows: list[dict[str, Any]], spec_runner: str) -> str:
                  and r["speedup"] is not None and r["same_output"] is True]
         if mine is None or mine["speedup"] is None:
             continue
-        text = f"{category}: {spec_runner} {mine['speedup']:.2f}×"
+        interval = mine.get("speedup_interval")
+        plain = verdict(interval, "faster than", "level with", "slower than")
+        text = f"{category}: {spec_runner} {mine['speedup']:.2f}× ({_interval(interval)}), {plain} plain decoding"
         if peers:
             best = max(peers, key=lambda r: r["speedup"])
-            ahead = ("ahead of" if mine["speedup"] > best["speedup"] else
-                     "level with" if mine["speedup"] == best["speedup"] else "behind")
-            text += f", {ahead} {best['runner']} {best['speedup']:.2f}× (the best identical-output type)"
+            against = peer_interval(report, category, spec_runner, best["runner"])
+            standing = verdict(against, "ahead of", "level with", "behind")
+            text += (f"; {standing} {best['runner']} {best['speedup']:.2f}× (the best identical-output type; the"
+                     f" ratio {_interval(against)})")
         lines.append(text)
     return ("speed-up over specchat's plain decoding per category (Spec-Bench's ratio of mean rates, of decode"
-            " tok/s: TTFT apart):\n  " + "\n  ".join(lines))
+            " tok/s: TTFT apart), with 95 % intervals (a bootstrap over questions and repetitions); a verdict only"
+            " where the interval excludes parity:\n  " + "\n  ".join(lines))

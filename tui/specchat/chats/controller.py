@@ -58,6 +58,7 @@ class BackendFacts:
     notes: tuple[str, ...]
     rejected_tails: bool
     model_bytes: dict[str, int]
+    sampled: bool  # the profile samples (a temperature above 0): a reference taken from its replies is sampled too
 
     @staticmethod
     def of(backend: Backend) -> BackendFacts:
@@ -65,7 +66,8 @@ class BackendFacts:
         adaptive = spec.adaptive and spec.method != "none" and backend.config.backend_kind.runs_engine
         return BackendFacts(backend.where, backend.pid, spec.method, backend.speculation_state(), backend.n_max,
                             adaptive, tuple(backend.notes), backend.rejected_tails,
-                            {role: path.stat().st_size for role, path in backend.model_files().items()})
+                            {role: path.stat().st_size for role, path in backend.model_files().items()},
+                            not backend.config.sampling.greedy)
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,7 @@ class ChatController:
         self.telemetry.speculation = switched.facts.speculation
         self.telemetry.n_max = switched.facts.n_max
         self.telemetry.adaptive = switched.facts.adaptive
+        self.telemetry.sampled = switched.facts.sampled
         fresh = [note for note in switched.facts.notes if note not in self._shown_notes]
         self._shown_notes.update(fresh)
         return fresh

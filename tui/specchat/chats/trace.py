@@ -69,7 +69,7 @@ def row_of(event: Event) -> Row:
     row: Row = {"type": TYPES[cls]}
     for field in fields:
         value = getattr(event, field.name)
-        if (cls, field.name) in REBUILT or value == field.default and field.default in (None, ()):
+        if (cls, field.name) in REBUILT or value == field.default and field.default in (None, (), ""):
             continue
         row |= _encoded(field.name, value, ROUNDED.get((cls, field.name), DIGITS))
     return row

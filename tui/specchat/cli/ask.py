@@ -142,9 +142,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--probs N needs --json and N from 1 to {MAX_PROBS}: e.g. specchat ask --json --probs 5"
                           ' "…"')
     prompt = read_prompt(args.prompt, sys.stdin)
-    from ..profiles.embedded import told_while_deriving
+    from ..engine import phases
+    from ..profiles.embedded import DERIVING
 
-    with told_while_deriving(lambda line: print(f"specchat: {line}", file=sys.stderr, flush=True)):
+    def said(line: str) -> None:
+        # A script's stderr gets the once-a-machine derivation only; a person at a terminal sees every phase.
+        if line.startswith(DERIVING) or sys.stderr.isatty():
+            print(f"specchat: {line}", file=sys.stderr, flush=True)
+
+    with phases.told(said):
         backend = open_backend_for(args)
     try:
         from ..chats.recall import learn_stored_chats

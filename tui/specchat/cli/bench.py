@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     if report["categories"]:
         report["by_category"] = by_category.by_category(report)
         print(by_category.table(report["by_category"]))
-        print(by_category.verdicts(report["by_category"], report["spec_runner"]))
+        print(by_category.verdicts(report, report["spec_runner"]))
     if report["output_changed"]:
         print(f"OUTPUT CHANGED with speculation on: {', '.join(report['output_changed'])}")
     try:

@@ -26,6 +26,7 @@ from .chat_template import ChatTemplate
 from .engine_config import DEFAULT_MAX_TOKENS, EngineConfig
 from .conversation import UNSTORED, ChatKey, Forgotten, Message, TokenWindow
 from .cpu import ThreadGovernor
+from .draft_length.costs import QUIET_OTHERS
 from .drafters import METHODS, Draft, Drafter
 from .drafters.history import History, HistoryBuilder, StoredReply
 from .events import (
@@ -45,6 +46,7 @@ from .events import (
 from .llama import Context, DecodeInterrupted, Model, common_prefix
 from .loading import LoadedDraft, draft_identity, open_pair, target_identity
 from .loop import Rules, StepOutcome, speculate
+from .phases import announce
 from .repetition import LoopWatch, loop_watch
 from .reference import PLAIN_RATE_TOKENS, PlainReference
 from .sampling import pick
@@ -54,6 +56,12 @@ from .stats import ReplyStats, rate
 __all__ = ["Engine", "Message"]
 
 RECALL_CONTEXT = 32  # prompt tokens remembered before each reply, so asking again matches them
+# The stored chats' index comes before the start's timings and the first reply (issue #47: a question asked the moment
+# a start ended drafted from its own chat only): the plain reference waits this long for it — a few hundred stored
+# replies index within it here, their tokens cached — and a reply this much more; beyond, the reply says so.
+INDEX_BEFORE_TIMING_S = 1.0
+INDEX_BEFORE_REPLY_S = 0.1
+STILL_INDEXING = "the stored chats are still being indexed: this reply drafts from this chat only"
 END_OF_REPLY = "<end>"  # how a candidate that ends the reply is named (its piece is no text)
 
 
@@ -301,11 +309,13 @@ class Engine:
         compares with. A run of ``tokens`` at the conversation's depth with the profile's sampling (its own random
         draws: the target's are not disturbed), and how much a step slows per token of context (measured once per
         model, threads and KV cache, kept in the user cache). None when the context has no room for the run."""
+        self.wait_for_history(INDEX_BEFORE_TIMING_S)
         with self._measuring():
             return self._plain_reference(tokens)
 
     def _plain_reference(self, tokens: int) -> PlainReference | None:
         slope = self.speculation.depth_slope()
+        announce(f'measuring plain decoding for "vs plain" ({tokens} tokens)')
         seq = list(self.tokens) or [max(self.target.bos, 0)]
         keep = len(seq) - 1
         if keep + tokens + 1 >= self.ctx.n_ctx:
@@ -366,12 +376,15 @@ class Engine:
         before = self.chat.tokens
         self.chat.begin_turn(history, user, prompt, rendered)
         self._index_anew_unless_grown(before)
-        yield ReplyStarted(len(prompt), reused, len(prompt) - reused, cfg.n_ctx, state)
+        indexed = not self.config.spec.reads_history or self.wait_for_history(INDEX_BEFORE_REPLY_S)
+        yield ReplyStarted(len(prompt), reused, len(prompt) - reused, cfg.n_ctx, state,
+                           stored_chats="" if indexed else STILL_INDEXING)
 
         reply = _Reply(stats, started, state, replace(self.speculation.rules, top=top), loop_watch(cfg.loop))
         self.speculation.begin_reply()
         if self._governor is not None:
             self._use_threads(self._governor.threads)  # models loaded since were made with the profile's count
+            self._governor.busiest = 0.0
         contexts = [self.ctx] + ([self._draft.ctx] if self._draft is not None else [])
         for ctx in contexts:  # a long prefill (the target's, or the draft's first) stops when asked, mid-batch
             ctx.interrupt = should_stop
@@ -438,13 +451,18 @@ class Engine:
         # Bytes of a character the reply was cut inside are not text (llama.cpp's server holds them back too): the
         # text is what was shown, and the tokens keep every byte.
         text = "".join(reply.text)
-        final_state = self.speculation_state()
-        stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
         self.chat.end_turn(text, list(reply.tokens), finish)
-        self.speculation.end_reply(recall, reply.tokens, chat)
+        stats.t_total = perf_counter() - reply.started
+        governor = self._governor
+        self.speculation.end_reply(recall, reply.tokens, chat, quiet=governor is None or governor.busiest < QUIET_OTHERS)
+        if finish not in ("cancelled", "error"):  # (a cancel wants the prompt back at once)
+            # "Off" is never for good: between replies, the costs "auto" judged by are probed again where due.
+            self.speculation.retime(stats.t_total - stats.t_prefill, governor.others if governor is not None else None,
+                                    len(self.tokens))
+        final_state = self.speculation_state()  # as the next reply starts: a re-timing may have switched it
+        stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
         stats.context_used = len(self.tokens)
         stats.threads = self.threads
-        stats.t_total = perf_counter() - reply.started
         return text
 
     def _step_events(self, reply: _Reply, outcome: StepOutcome, step: int, depth: int) -> Iterator[Event]:

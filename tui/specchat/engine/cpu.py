@@ -62,6 +62,7 @@ class ThreadGovernor:
         self.allowed, self.threads, self.apply = allowed, allowed, apply
         self.n_cores = n_cores or cores()
         self.others = 0.0
+        self.busiest = 0.0  # the most cores others kept busy in a check since ``busiest`` was last set to 0
         self._sample = sample
         self._last = sample()
         self._due = time.monotonic() + CHECK_EVERY_S
@@ -80,6 +81,7 @@ class ThreadGovernor:
         if current is None:
             return False
         self.others, self._last = others_cores(self._last, current), current
+        self.busiest = max(self.busiest, self.others)
         free = self.n_cores - self.others
         wanted = self.threads
         if free < self.threads - HEADROOM:

@@ -64,6 +64,7 @@ class ReplyStarted:
     n_ctx: int
     speculation: SpeculationState
     estimated_tokens: bool = False  # counts are tiktoken's estimates: the server streams text without token ids
+    stored_chats: str = ""  # why this reply cannot draft from the stored chats yet ("" when it can, or reads none)
 
 
 @dataclass(frozen=True, slots=True)

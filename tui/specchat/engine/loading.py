@@ -15,6 +15,7 @@ from .compat import check_pair
 from .engine_config import EngineConfig, ModelSettings
 from .drafters.model import ModelDrafter
 from .llama import Context, Model, check_gguf_file
+from .phases import announce
 
 
 def target_identity(config: EngineConfig) -> tuple[object, ...]:
@@ -42,6 +43,7 @@ class LoadedTarget:
 
     @classmethod
     def open(cls, config: EngineConfig) -> LoadedTarget:
+        announce(f"loading the target {config.target.path.name}")
         model = Model(config.target.path, role="target", n_gpu_layers=config.target.n_gpu_layers)
         try:
             ctx = Context(model, n_ctx=config.n_ctx, threads=config.target.threads, kv_cache=config.kv_cache)
@@ -71,6 +73,7 @@ class LoadedDraft:
         check_gguf_file(draft.path, "draft")
         # Judge the pair from the vocabularies first: an incompatible draft is refused before its weights load.
         check_draft_compatible(config.target.path, draft.path)
+        announce(f"loading the draft {draft.path.name}")
         model = Model(draft.path, role="draft", n_gpu_layers=draft.n_gpu_layers)
         try:
             ctx = Context(model, n_ctx=config.n_ctx, threads=draft.threads)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from time import perf_counter
 
 import numpy as np
 
@@ -19,7 +20,8 @@ from .draft_length.adaptive import AUTO_K_MAX, Adaptive
 from .draft_length.auto import VerifyCost
 from .draft_length.memory import AutoMemory
 from .engine_config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSettings, SpecConfig
-from .draft_length.costs import CostCache, measure_depth_slope, measure_verify_cost, sizes_up_to
+from .draft_length.costs import (QUIET_OTHERS, CostCache, busy_timings, drop_busy, measure_depth_slope,
+                                 measure_verify_cost, probe_verify_cost, quiet, sizes_up_to, watched)
 from .draft_length import DraftLength, FixedLength
 from .drafters import METHODS, Drafter, Parts
 from .drafters.history import History
@@ -29,6 +31,12 @@ from .draft_length.learned_costs import LearnedVerifyCost
 from .llama import Context, Model
 from .loading import LoadedDraft, LoadedTarget
 from .loop import Rules, StepOutcome
+
+# "Off" is never for good (issue #47): where "auto" judged that nothing can win, the verify costs it judged by are
+# probed again between replies (1 and 8 rows, and a new sweep when they disagree), each probe paid from this share of
+# the decoding time since the last one. A curve timed in a busy window is probed after the first reply the machine is
+# quiet for, whatever the budget says: it was never this machine's curve.
+RETIME_SHARE = 0.02
 
 
 class Speculation:
@@ -40,6 +48,8 @@ class Speculation:
         self._learned_costs: dict[str, LearnedVerifyCost] = {}  # per target, threads and sweep: shared by methods
         self.ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
         self.history = History()  # earlier chats, once the engine is given them (``Engine.learn_history``)
+        self._retime_credit = 0.0  # seconds of probing the decoding since the last probe has paid for
+        self._probe_s = 0.3  # what the last probe took (the first one's guess: 1 and 8 rows thrice, and its window)
 
     def configure(self, config: EngineConfig, target: LoadedTarget, draft: LoadedDraft | None, depth: int) -> None:
         """Speculate as ``config`` says with these models; ``depth``: the conversation's tokens now."""
@@ -50,7 +60,8 @@ class Speculation:
         self.verify: VerifyCost | None = None
         if spec.method != "none":
             longest = max(AUTO_K_MAX.values()) if spec.adaptive else int(spec.n_max)
-            self.verify = self._costs(target.model, target.ctx, config.target, sizes_up_to(longest + 1))
+            self.verify = self._costs(target.model, target.ctx, config.target, sizes_up_to(longest + 1),
+                                      "the target's verify batches")
         self.length: DraftLength
         if spec.adaptive and self.verify is not None:
             key = (spec, draft.identity if draft is not None else None, replace(sampling, seed=0))
@@ -93,7 +104,7 @@ class Speculation:
         if drafter is not None and drafter.blocked:
             return SpeculationState(method, False, drafter.blocked)
         if not self.length.active:
-            return SpeculationState(method, False, self.length.reason)
+            return SpeculationState(method, False, self.length.reason + self._retime_plan())
         return SpeculationState(method, True)
 
     @property
@@ -119,6 +130,12 @@ class Speculation:
             notes.append('kv_cache "f16": beyond 256 tokens of context llama.cpp\'s CPU attention computes a lone token'
                          " differently from a batch, so greedy output with speculation can differ from plain decoding"
                          ' where two tokens nearly tie — "q8_0" (the default) or "bf16" keep them identical')
+        target = self._target
+        ours = cost_key(target.model, target.ctx, self.config.target)
+        busy = [others for key, others in busy_timings().items() if key.startswith(ours)]
+        if busy and spec.method != "none":
+            notes.append(f"verify costs timed while other processes kept {max(busy):.1f} cores busy: they serve this"
+                         " process only, and the next start times them again")
         verify = self.verify
         if verify is not None and verify.exact < 2:
             notes.append("on this backend a batch's logits differ from one-at-a-time decoding (measured): greedy output"
@@ -148,21 +165,82 @@ class Speculation:
         if drafter is not None:
             drafter.notice(tokens)
 
-    def end_reply(self, prompt_tail: list[int] | None, reply: list[int], chat: int | None) -> None:
+    def end_reply(self, prompt_tail: list[int] | None, reply: list[int], chat: int | None, quiet: bool = True) -> None:
         """The reply and the prompt tokens before it are kept for drafts — asking again, regenerating — unless
-        ``prompt_tail`` is None (a private chat's); ``chat``: the stored chat they came from."""
+        ``prompt_tail`` is None (a private chat's); ``chat``: the stored chat they came from. ``quiet``: no other
+        process kept the cores busy during the reply, so the costs it timed may be kept for the next process."""
         if reply and prompt_tail is not None:
             self.ngram.remember(prompt_tail + reply, chat)
-        self.length.keep()  # the next process starts from here
+        self.length.keep(quiet)  # the next process starts from here
+
+    # -- re-timing the costs between replies ("off" is never for good) ------------------------------------------
+
+    def _verify_key(self) -> str:
+        target = self._target
+        return f"{cost_key(target.model, target.ctx, self.config.target)}|sizes={self.verify.sizes}"
+
+    def _slope_key(self) -> str:
+        target = self._target
+        return f"{cost_key(target.model, target.ctx, self.config.target)}|depth slope"
+
+    def _timed_busy(self) -> bool:
+        busy = busy_timings()
+        return self.verify is not None and (self._verify_key() in busy or self._slope_key() in busy)
+
+    def _retime_plan(self) -> str:
+        """What the reason "auto" is off adds: when its costs are timed again."""
+        if not isinstance(self.length, Adaptive):
+            return ""
+        if self._timed_busy():
+            return " — the costs were timed while other processes kept the cores busy: timed again after a quiet reply"
+        return f" — its costs are timed again now and then, between replies (at most {RETIME_SHARE:.0%} of the time)"
+
+    def retime(self, decoded_s: float, others: float | None, depth: int) -> bool:
+        """Between replies (``decoded_s``: the reply's decoding; ``others``: the cores other processes kept busy when
+        last looked at): probe the target's verify costs where "auto" is off or they were timed in a busy window, and
+        time them again where a quiet probe disagrees. Returns True when the policies were priced anew."""
+        if self.verify is None or not isinstance(self.length, Adaptive):
+            return False
+        self._retime_credit += RETIME_SHARE * decoded_s
+        if self._timed_busy():
+            if others is not None and others >= QUIET_OTHERS:
+                return False  # still busy: a probe could not judge, and would only cost
+        elif self.length.active or self._retime_credit < self._probe_s:
+            return False
+        target, verify, key = self._target, self.verify, self._verify_key()
+        token = max(target.model.bos, 0)
+        started = perf_counter()
+        agrees, window = watched(lambda: probe_verify_cost(target.ctx, token)(verify))
+        self._probe_s = perf_counter() - started
+        self._retime_credit = max(0.0, self._retime_credit - self._probe_s)
+        cache = CostCache(paths.verify_costs_file())
+        if not quiet(window):
+            return False
+        slope_busy = self._slope_key() in busy_timings()
+        drop_busy(self._slope_key())  # timed again, quietly, as the policies are priced anew below
+        if agrees:
+            if key in busy_timings():
+                cache.vouch(key, verify)  # a busy window's curve that a quiet probe confirms: this machine's
+            if not slope_busy:
+                return False
+        else:
+            self.verify = cache.measure_again(key, lambda: measure_verify_cost(target.ctx, token, verify.sizes),
+                                              "the target's verify batches again (the probe disagreed)")
+        self._learned.clear()  # every policy priced by the old curve; what they learned is in the memory (keep)
+        self._learned_costs.clear()
+        rules = self.rules  # its random draws go on where they were: re-timing changes no sampled reply
+        self.configure(self.config, target, self._draft, depth)
+        self.rules = rules
+        return True
 
     # -- costs --------------------------------------------------------------------------------------------------
 
     def depth_slope(self) -> float:
         """How much a step slows per token of context, measured once per model, threads and KV cache."""
         target = self._target
-        key = f"{cost_key(target.model, target.ctx, self.config.target)}|depth slope"
         token = max(target.model.bos, 0)
-        return CostCache(paths.verify_costs_file()).get_slope(key, lambda: measure_depth_slope(target.ctx, token))
+        return CostCache(paths.verify_costs_file()).get_slope(self._slope_key(),
+                                                              lambda: measure_depth_slope(target.ctx, token))
 
     def _new_auto(self, verify: VerifyCost, depth: int) -> Adaptive:
         """The draft-length policies of "auto", with what this target's costs and an earlier process taught them."""
@@ -176,7 +254,7 @@ class Speculation:
         draft_cost = None
         if spec.uses_draft_model:
             assert draft is not None and config.draft is not None
-            draft_cost = self._costs(draft.model, draft.ctx, config.draft, (1,)).seconds[0]
+            draft_cost = self._costs(draft.model, draft.ctx, config.draft, (1,), "a draft model step").seconds[0]
         draft_id = draft.model.identity if draft is not None else None
         key = (f"auto|{target.model.identity}|kv={target.ctx.kv_cache}|{spec.method}|draft={draft_id}"
                f"|n_min={spec.n_min}|p_min={spec.p_min}|ngram={spec.ngram_min}-{spec.ngram_max}"
@@ -186,10 +264,11 @@ class Speculation:
                              AutoMemory(paths.auto_memory_file()), key, costs_key, depth, recalls=spec.reads_history)
 
     @staticmethod
-    def _costs(model: Model, ctx: Context, settings: ModelSettings, sizes: tuple[int, ...]) -> VerifyCost:
+    def _costs(model: Model, ctx: Context, settings: ModelSettings, sizes: tuple[int, ...], what: str) -> VerifyCost:
         token = max(model.bos, 0)
         return CostCache(paths.verify_costs_file()).get(f"{cost_key(model, ctx, settings)}|sizes={sizes}",
-                                                        lambda: measure_verify_cost(ctx, token, sizes))
+                                                        lambda: measure_verify_cost(ctx, token, sizes),
+                                                        probe_verify_cost(ctx, token), what)
 
 
 def cost_key(model: Model, ctx: Context, settings: ModelSettings) -> str:

@@ -11,8 +11,6 @@ import json
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import llama_cpp as lc
@@ -21,6 +19,7 @@ from .. import paths
 from ..engine.bundled_model import bundled_model
 from ..engine.engine_config import default_threads
 from ..engine.llama import last_llama_error, log_lines_to
+from ..engine.phases import announce
 from ..errors import ModelError
 
 DRAFT_FILE = "SmolLM2-135M-Instruct.Q2_K.gguf"
@@ -31,23 +30,6 @@ DERIVING = "deriving the draft model from the target (once, on a first start)"
 TENSOR_LINE = re.compile(r"^\[\s*(\d+)/\s*(\d+)\]")  # llama.cpp's quantizer logs "[  12/ 273] name …" per tensor
 
 _deriving = threading.Lock()  # the picker's thread and a load may both ask for the draft on a first start
-_told: list[Callable[[str], None]] = []
-
-
-@contextmanager
-def told_while_deriving(say: Callable[[str], None]) -> Iterator[None]:
-    """``say`` hears DERIVING, then the quantizer's progress, if the demo draft is derived meanwhile (on the thread
-    that derives it)."""
-    _told.append(say)
-    try:
-        yield
-    finally:
-        _told.remove(say)
-
-
-def _tell(line: str) -> None:
-    for say in list(_told):
-        say(line)
 
 
 def target_path() -> Path:
@@ -94,7 +76,7 @@ def draft_path(directory: Path | None = None) -> Path:
 
 
 def _derive(source: Path, directory: Path, draft: Path, manifest: Path) -> None:
-    _tell(DERIVING)
+    announce(DERIVING)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -113,7 +95,7 @@ def _derive(source: Path, directory: Path, draft: Path, manifest: Path) -> None:
             percent = 100 * int(found[1]) // int(found[2])
             if percent // 10 > shown // 10:  # a line per tenth: the app's status, a line on stderr
                 shown = percent
-                _tell(f"{DERIVING} — {percent} %")
+                announce(f"{DERIVING} — {percent} %")
 
     try:
         with log_lines_to(progress):

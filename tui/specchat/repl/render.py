@@ -26,7 +26,7 @@ def figures(t: LiveTelemetry, profile: str, method: str, memory: str, width: int
     approx = ESTIMATE if t.estimated else ""
     speedup = t.speedup()
     vs = num(speedup, ".2f", 1, "×") + (" slower than plain!" if speedup is not None and speedup < 1 and speculation
-                                        and speculation.active else "")
+                                        and speculation.active else " nothing drafted" if t.nothing_drafted else "")
     context = f"{approx}{t.context_used}/{t.n_ctx}" if t.n_ctx else DASH
     fields = [(8, profile), (4, method), (0, state), (3, f"accept {pct(t.reply.acceptance_rate)}"),
               (5, f"mean {num(t.reply.mean_acceptance_length, '.2f')}"), (1, f"{approx}{num(rate, '.0f')} tok/s"),

@@ -36,10 +36,11 @@ from ..chats.controller import ChatController, ControllerViews, Switched
 from ..chats.exchange import Failure
 from ..chats.records import INTERRUPTED, ReplyRecord
 from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
-from ..engine import DraftRejected, ReplyFinished, TokenEmitted
+from ..engine import DraftRejected, ReplyFinished, ReplyStarted, TokenEmitted
 from ..errors import Refused, SpecchatError
 from ..figures import DASH, summary_line
-from ..profiles.embedded import told_while_deriving
+from ..engine import phases
+from ..profiles.embedded import DERIVING
 from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
 from ..text import valid_text
 from . import render
@@ -150,7 +151,9 @@ class Repl(ControllerViews):
     def _toolbar(self) -> FormattedText:
         name = self.profile.name if self.profile else self.settings.profile
         if self._loading is not None and not self._loading[0].done():
-            return FormattedText([("class:toolbar", f"loading {name}… (a message sent now waits for it)")])
+            said = self._loading[1]
+            doing = f": {said[-1]}" if said else "…"  # the phase the load is in (engine/phases.py)
+            return FormattedText([("class:toolbar", f"loading {name}{doing} (a message sent now waits for it)")])
         width = self.output.get_size().columns
         return FormattedText([("class:toolbar", render.figures(self.telemetry, name, self.controller.method,
                                                                self._memory(), width))])
@@ -183,7 +186,7 @@ class Repl(ControllerViews):
         what it took. Ctrl+C meanwhile does not end the REPL: a load runs to its end (the previous profile stays on
         failure)."""
         before = self.controller.choice
-        with _Patience() as patience, told_while_deriving(lambda line: self.say(line, "class:dim")):
+        with _Patience() as patience, phases.told(lambda line: self.say(line, "class:dim")):
             try:
                 switched = self.on_engine(self.controller.switch, choice)
             except SpecchatError:
@@ -212,11 +215,12 @@ class Repl(ControllerViews):
 
     def _start_loading(self) -> None:
         """The first profile loads on the engine thread while the prompt is already up: a message sent before it is
-        ready waits for it (``_loaded``). What the load says meanwhile (deriving the draft) is kept and said after."""
+        ready waits for it (``_loaded``). The phase it is in shows in the toolbar; a first start's deriving of the
+        demo draft is said again after, with its progress."""
         said: list[str] = []
 
         def load() -> Switched:
-            with told_while_deriving(said.append):
+            with phases.told(said.append):
                 return self.controller.switch(Choice(self.settings.profile))
 
         self._loading = (self._engine.submit(load), said)
@@ -244,7 +248,8 @@ class Repl(ControllerViews):
             return False
         self._loading = None
         for line in said:
-            self.say(line, "class:dim")
+            if line.startswith(DERIVING):  # once per machine, and long: said; the other phases were the toolbar's
+                self.say(line, "class:dim")
         notes = self.controller.profile_switched(switched)
         if not self.settings.plain:
             for note in notes:
@@ -376,6 +381,8 @@ class Repl(ControllerViews):
             for event in events:
                 if isinstance(event, TokenEmitted):
                     fragments.append((f"class:{event.kind.value}", event.text))
+                elif isinstance(event, ReplyStarted) and event.stored_chats and not self.settings.plain:
+                    fragments.append(("class:dim", f"({event.stored_chats})\n"))
                 elif isinstance(event, DraftRejected) and self.ghosts and not self.settings.plain:
                     fragments.append(("class:ghost", event.text))
             if any(isinstance(e, ReplyFinished) for e in events) or done:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from statistics import median
 
 from ..engine.events import (
     ContextTrimmed,
@@ -30,6 +31,11 @@ from ..engine.stats import ReplyStats, rate
 RATE_WINDOW_S = 1.0  # tokens/s "now" is measured over the last second of generation
 MIN_NOW_WINDOW_S = 0.5  # and only once that second holds at least this much of it
 SPARK_POINTS = 40
+# A reply's undrafted steps check the reference once there are this many (a median of fewer is one hiccup away from
+# wrong), and replace it when they disagree by more than REFERENCE_NOISE: two plain runs of the same prompt on this
+# machine differ by about ±10 %, a reference taken beside a compile by 3× to 30× (issue #47).
+CHECK_STEPS = 16
+REFERENCE_NOISE = 0.2
 
 
 @dataclass
@@ -42,6 +48,7 @@ class LiveTelemetry:
     spark: deque[float] = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
     n_max: int = 0
     adaptive: bool = False  # the draft length is "auto"'s choice (n_max is the one it made last)
+    sampled: bool = False  # the profile samples: a reference its replies give is a sampled one
     generating: bool = False
     reply_tokens: int = 0
     reply_tps: float | None = None  # decode rate of the last finished reply
@@ -53,9 +60,12 @@ class LiveTelemetry:
     prompt_tokens: int = 0  # of the reply in progress (or the last one): where its context depth starts
     estimated: bool = False  # token counts are tiktoken's estimates (a server that streams text without ids)
     trimmed: int = 0
+    stored_chats: str = ""  # why the reply cannot draft from the stored chats yet (ReplyStarted), "" when it can
     threads: ThreadsAdjusted | None = None  # the engine's last thread change (a busy machine), if any
     drafted_from: dict[DraftSource, int] = field(default_factory=dict)  # the reply's drafted tokens by source
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+    _step_ends: dict[int, float] = field(default_factory=dict)  # each step's last token, seconds into the reply
+    _plain_steps: list[tuple[int, int]] = field(default_factory=list)  # the reply's undrafted steps: (step, depth)
     _token_steps: int = 0  # steps that emitted tokens after the reply's first (a rate needs two)
     _last_step: int = 0
 
@@ -73,6 +83,7 @@ class LiveTelemetry:
                 self._token_steps += 1
             self._last_step = event.step
             self.context_used += 1
+            self._step_ends[event.step] = event.elapsed
         elif isinstance(event, StepVerified):
             for counters in (self.reply, self.chat):
                 counters.record_step(event.drafted, event.accepted, event.ignored, event.withheld)
@@ -82,6 +93,7 @@ class LiveTelemetry:
                 self.drafted_from[event.source] = self.drafted_from.get(event.source, 0) + event.drafted
             if event.drafted:
                 self.spark.append(event.accepted / event.drafted)
+            self._plain_step(event)
         elif isinstance(event, ReplyStarted):
             self.reply = ReplyStats()
             self.drafted_from = {}
@@ -89,10 +101,13 @@ class LiveTelemetry:
             self.reply_tokens = 0
             self.reply_tps = self.ttft = None
             self._recent.clear()
+            self._step_ends.clear()
+            self._plain_steps.clear()
             self._token_steps = self._last_step = 0
             self.speculation = event.speculation
             self.context_used = self.prompt_tokens = event.prompt_tokens
             self.estimated = event.estimated_tokens
+            self.stored_chats = event.stored_chats
             self.n_ctx = event.n_ctx
         elif isinstance(event, SpeculationChanged):
             self.speculation = event.speculation
@@ -107,6 +122,7 @@ class LiveTelemetry:
             self.ttft = stats.ttft
             self.context_used = stats.context_used
             self.speculation = SpeculationState(stats.method, stats.speculation_active, stats.speculation_reason)
+            self._check_reference()
 
     def reset_chat(self) -> None:
         """A new chat, an opened one or another profile: the chat's counters start again."""
@@ -116,6 +132,39 @@ class LiveTelemetry:
         self.reply_tokens, self.reply_tps, self.ttft, self.trimmed = 0, None, None, 0
         self.prompt_tokens, self._token_steps, self._last_step = 0, 0, 0
         self._recent.clear()
+        self._step_ends.clear()
+        self._plain_steps.clear()
+
+    def _plain_step(self, step: StepVerified) -> None:
+        """An undrafted step (nothing drafted, withheld or ignored) is plain decoding, at the depth it decoded at. (A
+        server's step may be counted before its token arrives: its time is read when the reply ends.)"""
+        if not (step.drafted or step.withheld or step.ignored):
+            self._plain_steps.append((step.step, step.context_used - 1))
+
+    def _check_reference(self) -> None:
+        """The reply's undrafted steps against the reference: where they disagree beyond the noise (or there is no
+        reference), they become it — the rate this machine showed just now, at their depth, the slope kept. A step's
+        time is the wait from the previous step's last token to its own."""
+        ends = self._step_ends
+        steps = [(ends[n] - ends[n - 1], depth) for n, depth in self._plain_steps
+                 if n in ends and n - 1 in ends and ends[n] > ends[n - 1]]
+        if len(steps) < CHECK_STEPS:
+            return
+        seen = 1.0 / median(seconds for seconds, _ in steps)
+        depth = round(sum(d for _, d in steps) / len(steps))
+        old = self.reference
+        held = old.tps_at(depth) if old is not None else None
+        if held is not None and abs(seen / held - 1.0) <= REFERENCE_NOISE:
+            return
+        before = f" (the reference read {held:.0f} tok/s there)" if held is not None else ""
+        slope = old.per_token_s if old is not None else None
+        self.reference = PlainReference.measured(seen, depth, slope, self.sampled,
+                                                 f"the last reply's {len(steps)} undrafted steps{before}")
+
+    @property
+    def nothing_drafted(self) -> bool:
+        """The reply in progress (or the last one) judged steps and drafted in none: it *is* plain decoding."""
+        return self.reply.steps > 0 and self.reply.drafted == 0 and not self.estimated
 
     @property
     def depth(self) -> float | None:
@@ -162,5 +211,7 @@ class LiveTelemetry:
                 f" {t.allowed} threads")
 
     def speedup(self) -> float | None:
+        if self.nothing_drafted:
+            return 1.0  # its steps are plain decoding: by construction, whatever a reference measured elsewhere
         reply, plain = self.reply_rate(), self.plain_tps
         return reply / plain if reply and plain else None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from textual import events
 from textual.message import Message
+from textual.strip import Strip
 from textual.widgets import TextArea
 
 from ...chats.attachments import candidates, mention_before
@@ -36,11 +37,18 @@ class PromptInput(TextArea):
 
     def __init__(self, *, max_paste: int, **kwargs) -> None:
         super().__init__(id="prompt", soft_wrap=True, show_line_numbers=False,
-                         placeholder="Type a message · Enter sends · Ctrl+J a new line · F1 lists every key", **kwargs)
+                         placeholder="Type a message · Enter sends · Ctrl+J new line · F1 every key", **kwargs)
         self.cursor_blink = False
         self.prompts: list[str] = []
         self._recall = 0
         self._max_paste = max_paste
+
+    def render_line(self, y: int) -> Strip:
+        # A layout pass can squeeze the prompt to no width (the sidebar collapses only after the resize that calls for
+        # it), and TextArea cannot wrap its placeholder into zero columns.
+        if self.content_size.width < 1:
+            return Strip.blank(self.size.width)
+        return super().render_line(y)
 
     def _submit(self) -> None:
         text = self.text

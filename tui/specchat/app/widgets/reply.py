@@ -31,14 +31,28 @@ SEGMENT = "segment"  # the style meta key that holds a token's index, for a clic
 SELECTED, COPIED = "reverse", "underline"  # marks: the inspector's token (a replayed step); an n-gram draft's source
 
 
-def legend() -> Text:
+def legend(width: int | None = None) -> Text:
+    """What each colour means, in ``width`` cells: narrower than the whole legend, its words are shortened (the
+    colours stay), so a narrow terminal still shows every kind."""
+    text = _legend(short=False)
+    return text if width is None or text.cell_len <= width else _legend(short=True)
+
+
+def _legend(*, short: bool) -> Text:
     text = Text()
     for shown in PROVENANCE.values():
         text.append("■ ", style=shown.style or "bold")
-        text.append(shown.label + "  ")
+        text.append((shown.label.split()[0] if short else shown.label) + (" " if short else "  "))
     text.append("abc", style=GHOST_STYLE)
-    text.append(" rejected draft")
+    text.append(" rejected" if short else " rejected draft")
     return text
+
+
+class Legend(Static):
+    """The legend under the chat, as wide as the chat column allows."""
+
+    def on_resize(self) -> None:
+        self.update(legend(self.content_size.width))
 
 
 def provenance_text(segments: list[tuple[str, str]], ghosts: dict[int, str], show_ghosts: bool,

@@ -80,6 +80,8 @@ def _head(t: LiveTelemetry, profile: ProfileInfo) -> Text:
     else:
         head.append(" INACTIVE ", style="bold black on #ffaf00")
         head.append(f"\n{speculation.reason}", style="dim")
+    if t.stored_chats:
+        head.append(f"\n{t.stored_chats}", style="dim")
     return head
 
 
@@ -93,8 +95,7 @@ def _acceptance(t: LiveTelemetry) -> Text:
     if not spark:  # a heading over nothing says nothing: one line instead
         acceptance.append("\nper drafting step –", style="dim")
         return acceptance
-    acceptance.append("\ntokens per drafting step", style="dim")
-    acceptance.append("\nper step, latest right\n", style="dim")
+    acceptance.append("\nacceptance by step, latest right\n", style="dim")
     acceptance.append_text(_spark(spark))
     return acceptance
 
@@ -124,7 +125,7 @@ def _speed(t: LiveTelemetry, profile: ProfileInfo) -> Text:
         speed.append(("vs plain", DASH if plain_tps is None else f"{DASH} (plain {plain_tps:.0f} tok/s)"))
     else:
         value = Text(f"{speedup:.2f}×", style="bold green" if speedup >= 1 else "bold #ffaf00")
-        value.append(f" of {plain_tps:.0f} tok/s", style="dim")
+        value.append(" — nothing drafted" if t.nothing_drafted else f" of {plain_tps:.0f} tok/s", style="dim")
         speed.append(("vs plain", value))
         if speedup < 1 and speculation is not None and speculation.active:
             speed.append(("", Text("⚠ slower than plain", style="#ffaf00")))

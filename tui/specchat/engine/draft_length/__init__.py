@@ -46,8 +46,9 @@ class DraftLength(Protocol):
         not verified)."""
         ...
 
-    def keep(self) -> None:
-        """Keep what was learned for the next process (at the end of each reply)."""
+    def keep(self, quiet: bool = True) -> None:
+        """Keep what was learned for the next process (at the end of each reply); the costs it timed only when
+        ``quiet`` (no other process kept the cores busy meanwhile)."""
         ...
 
 
@@ -75,5 +76,5 @@ class FixedLength:
     def observe(self, outcome: StepOutcome, depth: int, turned_down: Draft | None = None) -> None:
         """Nothing to learn."""
 
-    def keep(self) -> None:
+    def keep(self, quiet: bool = True) -> None:
         """Nothing to keep."""

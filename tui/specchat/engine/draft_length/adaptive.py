@@ -226,8 +226,9 @@ class Adaptive:
         if self.acceptance is not None:
             self.acceptance.reprice(curve, draft)
 
-    def keep(self) -> None:
-        """Write what was learned to the memory (at the end of each reply)."""
+    def keep(self, quiet: bool = True) -> None:
+        """Write what was learned to the memory (at the end of each reply): the verify costs' corrections only from a
+        reply during which no other process kept the cores busy (a busy minute's timings serve this process only)."""
         state: dict[str, object] = {}
         if self.hazards is not None:
             state["hazards"] = self.hazards.state()
@@ -236,7 +237,7 @@ class Adaptive:
         if self.acceptance is not None and self.draft_cost is not None:
             state["acceptance"] = self.acceptance.state()
             state["draft cost"] = self.draft_cost.state()
-        self.memory.keep({self.key: state, self.costs_key: self.costs.state()})
+        self.memory.keep({self.key: state} | ({self.costs_key: self.costs.state()} if quiet else {}))
 
 
 def slowed(costs: LearnedVerifyCost, curve: VerifyCost) -> float:

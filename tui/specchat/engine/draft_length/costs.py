@@ -11,6 +11,12 @@ the sweep times beside it: one measured slower was disturbed (a first start besi
 3.5 s, and the curve, kept non-decreasing, priced every larger one so too), and is measured again. The cache is a JSON
 file; an entry that is unreadable, impossible (a batch dearer than ``ONE_BY_ONE`` times its rows in plain steps) or
 older than ``MAX_AGE_S`` is measured again, never trusted.
+
+A timing is kept only from a quiet window (issue #47): one during which other processes kept the cores busy
+(``engine/cpu.py``'s /proc/stat against this process's own CPU time) serves this process only and is measured again by
+the next. A kept curve is checked when it is read, by a cheap probe (1 and 8 rows): a quiet probe that disagrees with it
+beyond the noise means it was taken in a busy minute the sampling missed (or the machine changed), and it is measured
+again. A probe in a busy window cannot judge a curve, and leaves it.
 """
 
 from __future__ import annotations
@@ -22,11 +28,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
+from typing import TypeVar
 
 import numpy as np
 
+from ..cpu import cpu_sample, others_cores
 from ..llama import Context
+from ..phases import announce
 from .auto import VerifyCost
+
+T = TypeVar("T")
 
 SIZES = (1, 2, 4, 8, 16, 32, 48, 63, 64)
 REPEATS_SMALL = 3  # batches up to this size are cheap: take the fastest of a few, the machine is noisy
@@ -34,6 +45,73 @@ SMALL = 4
 RETRIES = 3  # a batch slower than its tokens one at a time is measured up to this many times more
 ONE_BY_ONE = 2.0  # a kept batch dearer than this many plain steps a row was disturbed: measured again
 MAX_AGE_S = 7 * 24 * 3600
+# Cores other processes may keep busy while a timing runs for it to be kept: an idle desktop keeps 0.05-0.2 busy here,
+# one busy loop 1.0 (and a verify batch then ran 2-30× slower: two threads meet at a barrier after every operation).
+QUIET_OTHERS = 0.5
+PROBE_ROWS = 8  # the probe times one row and this many
+MIN_WINDOW_S = 0.2
+# A probe agrees with a kept curve when 8 rows cost as many plain steps as the curve says within PROBE_NOISE (two sweeps
+# differ by ±25 % here), and a plain step is within PROBE_DRIFT of the curve's: what "auto" decides by is that ratio,
+# while the machine's speed as a whole drifts more (a warm CPU, a laptop on battery) and changes no decision.
+PROBE_NOISE = 1.5
+PROBE_DRIFT = 2.5
+
+# Timings from a busy window, by cost file and key: they serve this process, never the next (``CostCache``).
+_busy: dict[tuple[Path, str], tuple[object, float]] = {}
+_probed: set[tuple[Path, str]] = set()  # kept curves this process has probed already
+
+
+def watched(measure: Callable[[], T]) -> tuple[T, float | None]:
+    """``measure()`` and how many cores other processes kept busy meanwhile (None where that cannot be known). The
+    kernel counts CPU time in ticks (10 ms): a window shorter than ``MIN_WINDOW_S`` is waited out to that length, so
+    that a probe of a few tens of milliseconds is judged on more than a tick or two."""
+    before = cpu_sample()
+    result = measure()
+    if before is not None:
+        time.sleep(max(0.0, before.when + MIN_WINDOW_S - time.monotonic()))
+    after = cpu_sample()
+    return result, others_cores(before, after) if before is not None and after is not None else None
+
+
+def quiet(others: float | None) -> bool:
+    """A window is quiet when others kept less than ``QUIET_OTHERS`` cores busy (unknown counts as quiet: a system
+    without /proc/stat keeps its timings as before)."""
+    return others is None or others < QUIET_OTHERS
+
+
+def busy_timings() -> dict[str, float]:
+    """The keys this process measured in a busy window, with the cores others kept busy then."""
+    return {key: others for (_, key), (_, others) in _busy.items()}
+
+
+def drop_busy(key: str) -> None:
+    """Forget a busy window's timing of ``key``: the next lookup measures it again."""
+    for where in [where for where in _busy if where[1] == key]:
+        del _busy[where]
+
+
+def probe_verify_cost(ctx: Context, token: int) -> Callable[[VerifyCost], bool]:
+    """Whether a kept curve still prices 8 rows in plain steps as this machine decodes them now, and a plain step near
+    where it did (the fastest of three each, a few hundredths of a second on the bundled model)."""
+    def timed(b: int) -> float:
+        keep, best = len(ctx.cached), math.inf
+        for _ in range(REPEATS_SMALL):
+            start = perf_counter()
+            ctx.decode([token] * b, all_logits=True)
+            ctx.logits()
+            best = min(best, perf_counter() - start)
+            ctx.truncate(keep)
+        return best
+
+    def agrees(kept: VerifyCost) -> bool:
+        one = timed(1)
+        if not 1 / PROBE_DRIFT <= one / kept(1) <= PROBE_DRIFT:
+            return False
+        b = min(PROBE_ROWS, kept.sizes[-1], ctx.n_batch, ctx.n_ctx - len(ctx.cached))
+        if b < 2:
+            return True
+        return 1 / PROBE_NOISE <= (timed(b) / one) / (kept(b) / kept(1)) <= PROBE_NOISE
+    return agrees
 
 
 def sizes_up_to(largest: int) -> tuple[int, ...]:
@@ -109,20 +187,51 @@ class CostCache:
     def __init__(self, path: Path, max_age_s: float = MAX_AGE_S) -> None:
         self.path, self.max_age_s = path, max_age_s
 
-    def get(self, key: str, measure: Callable[[], VerifyCost]) -> VerifyCost:
+    def get(self, key: str, measure: Callable[[], VerifyCost], probe: Callable[[VerifyCost], bool] | None = None,
+            what: str = "verify batches") -> VerifyCost:
+        """The kept curve for ``key`` where it is valid and a quiet ``probe`` does not contradict it, else measured
+        (``what`` names it while it is): kept when measured in a quiet window, served to this process alone
+        otherwise."""
         entries = self._read()
         cost = self._valid(entries.get(key))
-        if cost is not None:
+        if cost is not None and (probe is None or self._agrees(key, cost, probe)):
             return cost
-        cost = measure()
+        busy = _busy.get((self.path, key))
+        if busy is not None and isinstance(busy[0], VerifyCost):
+            return busy[0]
+        return self.measure_again(key, measure, what)
+
+    def measure_again(self, key: str, measure: Callable[[], VerifyCost], what: str) -> VerifyCost:
+        """``measure()``, kept when the window was quiet, this process's alone otherwise."""
+        announce(f"timing {what} (once a week per model and machine, when the machine is quiet)")
+        cost, others = watched(measure)
+        if not quiet(others):
+            _busy[self.path, key] = (cost, others)
+            return cost
+        self.vouch(key, cost)
+        return cost
+
+    def vouch(self, key: str, cost: VerifyCost) -> None:
+        """Keep ``cost`` for ``key``: measured, or confirmed by a probe, in a quiet window."""
+        _busy.pop((self.path, key), None)
+        _probed.add((self.path, key))
+        entries = self._read()  # another process may have written since
         entries[key] = {"sizes": list(cost.sizes), "seconds": list(cost.seconds), "exact": cost.exact,
                         "measured": time.time()}
         self._write(entries)
-        return cost
+
+    def _agrees(self, key: str, cost: VerifyCost, probe: Callable[[VerifyCost], bool]) -> bool:
+        """Once a process: a quiet probe's verdict on a kept curve (a busy probe cannot judge one, and leaves it)."""
+        if (self.path, key) in _probed:
+            return True
+        agrees, others = watched(lambda: probe(cost))
+        if quiet(others):
+            _probed.add((self.path, key))
+        return agrees or not quiet(others)
 
     def get_slope(self, key: str, measure: Callable[[], float | None]) -> float:
-        """Seconds per token of context (``measure_depth_slope``), cached like the sweep; 0 (not cached) when it could
-        not be measured."""
+        """Seconds per token of context (``measure_depth_slope``), cached like the sweep, and like it kept only from a
+        quiet window; 0 (not cached) when it could not be measured."""
         entries = self._read()
         entry = entries.get(key)
         try:
@@ -132,9 +241,17 @@ class CostCache:
                 return slope
         except (TypeError, ValueError, KeyError):
             pass
-        slope = measure()
+        busy = _busy.get((self.path, key))
+        if busy is not None and isinstance(busy[0], float):
+            return busy[0]
+        announce("timing how a step slows as the context grows (once a week per model and machine)")
+        slope, others = watched(measure)
         if slope is None:
             return 0.0
+        if not quiet(others):
+            _busy[self.path, key] = (slope, others)
+            return slope
+        entries = self._read()
         entries[key] = {"slope": slope, "measured": time.time()}
         self._write(entries)
         return slope
