@@ -113,7 +113,7 @@ def main() -> None:
 
     rules = Rules(SamplingParams(), np.random.default_rng(0), np.random.default_rng(1), engine.target)
     held = [tokenize(text) for text in held_out]
-    again = [tokenize(r.reply) for r in rng.sample(replies, 60)]
+    again = [tokenize(r.reply) for r in rng.sample(replies, min(60, len(replies)))]
 
     def lookups(sequences: list[list[int]]) -> tuple[float, float, float]:
         times, drafted, matched = [], 0, 0

@@ -4,14 +4,18 @@ decoding of the same prompt measured by A/B right after, on the same engine.
 The seeds' control prompt on `tiny` (greedy, draft: its reply stops by itself after some 80 tokens), and on a plain
 profile at T = 0.8 (plain against itself: it should read 1.00×; its reply runs to --max-tokens, hundreds of tokens
 deep, where plain decoding is slower than at an empty cache). For each, alternating repetitions: the sidebar's plain tok/s and speed-up, A/B's measured plain tok/s and
-speed-up, and what the old reference (a 32-token greedy run at an empty cache) would have said.
+speed-up, and what the old reference (a 32-token greedy run at an empty cache) would have said. With
+``--busy-start N``, N busy loops run beside the start (its load and its plain reference) and stop before the reply, as
+a compile that ends (issue #47): the sidebar's reference is then whatever the reply's undrafted steps made of it.
 
-    python benchmarks/plain_reference.py [--repeat 3] [--max-tokens 800]
+    python benchmarks/plain_reference.py [--repeat 3] [--max-tokens 800] [--busy-start 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import threading
 import statistics
 import tempfile
@@ -32,10 +36,16 @@ seed = 3
 """
 
 
-def run(profile: str, max_tokens: int) -> dict[str, float]:
+def run(profile: str, max_tokens: int, busy_start: int = 0) -> dict[str, float]:
     controller = ChatController(None, profile, lambda *_: None, max_tokens=max_tokens)
     try:
-        switched = controller.switch_profile(profile)
+        loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy_start)]
+        try:
+            switched = controller.switch_profile(profile)
+        finally:
+            for loop in loops:
+                loop.kill()
+                loop.wait()
         controller.profile_switched(switched)
         reference = switched.reference
         exchange = controller.begin(CONTROL)
@@ -62,6 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=800)
+    parser.add_argument("--busy-start", type=int, default=0, metavar="N", help="busy loops beside each start")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         sampled = Path(folder) / "baseline-sampled.toml"
@@ -70,7 +81,7 @@ def main() -> None:
         rows: dict[str, list[dict]] = {name: [] for name in cases}
         for rep in range(args.repeat):
             for name, profile in cases.items():  # alternated
-                rows[name].append(run(profile, args.max_tokens))
+                rows[name].append(run(profile, args.max_tokens, args.busy_start))
                 r = rows[name][-1]
                 print(f"[{rep + 1}/{args.repeat}] {name}: {r['tokens']} tokens, mean depth {r['depth']:.0f}; plain"
                       f" sidebar {r['sidebar_plain']:.1f} / A/B {r['ab_plain']:.1f} / old {r['old_plain']:.1f} tok/s;"

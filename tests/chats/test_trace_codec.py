@@ -12,7 +12,7 @@ from specchat.chats.trace import EVENTS, TYPES, events_of, line_of, row_of
 from specchat.engine import events as engine_events
 from specchat.engine.events import (Candidate, ContextTrimmed, DraftRejected, DraftSource, Judgement, ReplyFinished,
                                     ReplyStarted, SpeculationChanged, SpeculationState, StepVerified,
-                                    ThreadsAdjusted, TokenEmitted, TokenKind)
+                                    ThreadsAdjusted, TokenEmitted, TokenKind, PlainMeasured)
 from specchat.engine.stats import ReplyStats
 
 WRITTEN_BEFORE = Path(__file__).parents[1] / "fixtures" / "trace_rows.jsonl"
@@ -41,6 +41,7 @@ def sample_events() -> list:
         StepVerified(1, 4, 3, 0, 0, 4, 30),
         StepVerified(2, 3, 3, 1, 2, 4, 34, DraftSource.HISTORY, (2, 5)),
         StepVerified(3, 2, 1, 0, 0, 4, 36, DraftSource.CONVERSATION),
+        PlainMeasured(131.25, 40, 1.5e-05, False),
         ReplyFinished("¡猫é🙂", "stop", stats),
     ]
 

@@ -206,3 +206,32 @@ def test_a_curve_timed_in_a_busy_window_is_probed_after_the_first_quiet_reply(ma
         loops.stop()
     run(engine, STORY, max_tokens=60)
     assert not costs.busy_timings() and kept_curves(path)  # confirmed or timed again, quietly: kept now
+
+
+def test_a_plain_reference_taken_beside_busy_loops_is_not_compared_and_is_run_again(make_engine):
+    """A start beside a compile: its plain run read 3.5-37 tok/s where A/B then read 147, and a reply that drafted
+    every step showed 1.6-17× "vs plain" (benchmarks/plain_reference.py --busy-start 2). The run is marked, divides
+    nothing, and is run again after the first reply on a quiet machine."""
+    from helpers import run
+    from specchat.engine.draft_length.costs import QUIET_OTHERS
+    from specchat.engine.events import PlainMeasured, ReplyFinished
+    from specchat.telemetry.live import LiveTelemetry
+
+    loops = BusyLoops()
+    try:
+        engine = make_engine("ngram", n_max=4)
+        busy = engine.plain_reference()
+    finally:
+        loops.stop()
+    assert busy is not None and busy.busy >= QUIET_OTHERS
+    live = LiveTelemetry()
+    live.reference = busy
+    assert live.plain_tps is None and live.plain_source.startswith("not compared — the plain run was taken while")
+    reply = run(engine, STORY, max_tokens=40)
+    measured = [e for e in reply.events if isinstance(e, PlainMeasured)]
+    assert len(measured) == 1 and isinstance(reply.events[-1], ReplyFinished)
+    live.consume(reply.events)
+    assert live.reference.busy is None and live.plain_tps > 1.5 * busy.tps_at(busy.depth)
+    assert "after the last reply" in live.plain_source
+    again = run(engine, STORY, max_tokens=40)
+    assert not any(isinstance(e, PlainMeasured) for e in again.events)  # once

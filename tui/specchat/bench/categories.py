@@ -101,7 +101,11 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def _interval(interval: tuple[float, float] | list[float] | None) -> str:
-    return DASH if interval is None else f"{interval[0]:.2f}–{interval[1]:.2f}×"
+    """Two decimals, three where a bound would round to parity (0.996 is below it: the verdict says so)."""
+    if interval is None:
+        return DASH
+    digits = 3 if any(f"{bound:.2f}" == "1.00" and bound != 1.0 for bound in interval) else 2
+    return f"{interval[0]:.{digits}f}–{interval[1]:.{digits}f}×"
 
 
 def verdicts(report: dict[str, Any], spec_runner: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 RESAMPLES = 2000
 SEED = 0
+MIN_PAIRS = 3  # fewer paired runs than this give no interval, and no verdict
 
 Rates = dict[str, dict[int, float]]  # question → repetition → decode tok/s
 
@@ -39,7 +40,7 @@ def ratio_interval(mine: Rates, other: Rates, *, resamples: int = RESAMPLES,
     paired = {q: [(mine[q][rep], other[q][rep]) for rep in sorted(mine[q]) if rep in other.get(q, {})]
               for q in mine}
     paired = {q: pairs for q, pairs in paired.items() if pairs}
-    if sum(len(pairs) for pairs in paired.values()) < 2:
+    if sum(len(pairs) for pairs in paired.values()) < MIN_PAIRS:
         return None
     rng = random.Random(seed)
     questions = sorted(paired)
@@ -57,8 +58,9 @@ def ratio_interval(mine: Rates, other: Rates, *, resamples: int = RESAMPLES,
 
 
 def verdict(interval: Sequence[float] | None, ahead: str, level: str, behind: str) -> str:
-    """``ahead`` where the interval lies above parity, ``behind`` below it, ``level`` where it holds parity."""
+    """``ahead`` where the interval lies above parity, ``behind`` below it, ``level`` where it holds parity; no verdict
+    without an interval."""
     if interval is None:
-        return level
+        return "no verdict on too few runs:"
     low, high = interval
     return ahead if low > 1.0 else behind if high < 1.0 else level

@@ -27,6 +27,7 @@ from ..engine.events import (
     DraftRejected,
     Event,
     Judgement,
+    PlainMeasured,
     ReplyFinished,
     ReplyStarted,
     SpeculationChanged,
@@ -46,7 +47,7 @@ DIGITS = 6  # probabilities and seconds: a millionth is below anything shown
 # edited. A field a row lacks (written before the field existed) reads as its default.
 TYPES: dict[type, str] = {ReplyStarted: "started", ContextTrimmed: "context_trimmed", SpeculationChanged: "speculation",
                           TokenEmitted: "token", DraftRejected: "rejected", StepVerified: "step",
-                          ThreadsAdjusted: "threads", ReplyFinished: "summary"}
+                          ThreadsAdjusted: "threads", PlainMeasured: "plain", ReplyFinished: "summary"}
 EVENTS: dict[str, type] = {tag: cls for cls, tag in TYPES.items()}
 REBUILT = {(ReplyFinished, "text")}  # not stored: the tokens before it spell it
 ROUNDED = {(ThreadsAdjusted, "others_cores"): 3}  # digits, where not DIGITS

@@ -26,7 +26,7 @@ from .chat_template import ChatTemplate
 from .engine_config import DEFAULT_MAX_TOKENS, EngineConfig
 from .conversation import UNSTORED, ChatKey, Forgotten, Message, TokenWindow
 from .cpu import ThreadGovernor
-from .draft_length.costs import QUIET_OTHERS
+from .draft_length.costs import QUIET_OTHERS, quiet, watched
 from .drafters import METHODS, Draft, Drafter
 from .drafters.history import History, HistoryBuilder, StoredReply
 from .events import (
@@ -38,6 +38,7 @@ from .events import (
     SpeculationChanged,
     SpeculationState,
     Judgement,
+    PlainMeasured,
     StepVerified,
     ThreadsAdjusted,
     TokenEmitted,
@@ -94,6 +95,7 @@ class Engine:
         self._history_builder: HistoryBuilder | None = None
         self._idle = threading.Event()  # no reply running: the index over earlier chats builds only then
         self._idle.set()
+        self._busy_reference = False  # the last plain reference ran beside busy cores (``plain_reference``)
         self._set_up_speculation()
         self._governor = self._new_governor()
         self.new_chat()
@@ -311,7 +313,25 @@ class Engine:
         model, threads and KV cache, kept in the user cache). None when the context has no room for the run."""
         self.wait_for_history(INDEX_BEFORE_TIMING_S)
         with self._measuring():
-            return self._plain_reference(tokens)
+            reference, others = watched(lambda: self._plain_reference(tokens))
+        # Beside busy cores a start read 3 tok/s where the machine decodes at 150 (issue #47): such a run is marked,
+        # compared with nothing, and measured again after the first reply that finds the machine quiet.
+        self._busy_reference = reference is not None and not quiet(others)
+        if self._busy_reference:
+            reference = replace(reference, busy=others)
+        return reference
+
+    def _plain_again(self, finish: str) -> PlainMeasured | None:
+        """Between replies: the plain run again where the last one was taken beside busy cores, if it is quiet now."""
+        if not self._busy_reference or finish in ("cancelled", "error"):
+            return None
+        if not quiet(watched(lambda: None)[1]):  # a look at the cores first (0.2 s): a busy run would cost seconds
+            return None
+        reference = self.plain_reference()
+        if reference is None or reference.busy is not None:
+            return None
+        return PlainMeasured(reference.tps_at(reference.depth), reference.depth, reference.per_token_s,
+                             reference.sampled)
 
     def _plain_reference(self, tokens: int) -> PlainReference | None:
         slope = self.speculation.depth_slope()
@@ -402,6 +422,9 @@ class Engine:
             for ctx in contexts:
                 ctx.interrupt = None
             text = self._end_reply(reply, recall if not chat.private else None, chat.id, finish)
+        measured = self._plain_again(finish)
+        if measured is not None:
+            yield measured
         yield ReplyFinished(text, finish, stats)
 
     def _generate(self, reply: _Reply, prompt: list[int], max_tokens: int,
@@ -457,8 +480,9 @@ class Engine:
         self.speculation.end_reply(recall, reply.tokens, chat, quiet=governor is None or governor.busiest < QUIET_OTHERS)
         if finish not in ("cancelled", "error"):  # (a cancel wants the prompt back at once)
             # "Off" is never for good: between replies, the costs "auto" judged by are probed again where due.
-            self.speculation.retime(stats.t_total - stats.t_prefill, governor.others if governor is not None else None,
-                                    len(self.tokens))
+            with self._measuring():  # the stored chats' index waits, as for every timing
+                self.speculation.retime(stats.t_total - stats.t_prefill,
+                                        governor.others if governor is not None else None, len(self.tokens))
         final_state = self.speculation_state()  # as the next reply starts: a re-timing may have switched it
         stats.speculation_active, stats.speculation_reason = final_state.active, final_state.reason
         stats.context_used = len(self.tokens)

@@ -147,5 +147,16 @@ class ReplyFinished:
     stats: ReplyStats
 
 
+@dataclass(frozen=True, slots=True)
+class PlainMeasured:
+    """Plain decoding measured again after a reply, in a quiet window: the start's run was taken while other processes
+    kept the cores busy, and "vs plain" compares with this one now (``engine.reference``)."""
+
+    tps: float  # plain tokens/s at ``depth`` tokens of context
+    depth: int
+    per_token_s: float | None  # seconds a token of context adds to a step
+    sampled: bool
+
+
 Event = (ReplyStarted | ContextTrimmed | SpeculationChanged | TokenEmitted | DraftRejected | StepVerified
-         | ThreadsAdjusted | ReplyFinished)
+         | ThreadsAdjusted | PlainMeasured | ReplyFinished)

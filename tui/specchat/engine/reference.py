@@ -26,14 +26,16 @@ class PlainReference:
     depth: int  # the context depth the step was measured at
     sampled: bool
     source: str  # how it was obtained, for the screen
+    busy: float | None = None  # the cores other processes kept busy while it ran, where that made it untrustworthy
 
     @staticmethod
-    def measured(tps: float, depth: int, slope: float | None, sampled: bool, source: str) -> PlainReference:
+    def measured(tps: float, depth: int, slope: float | None, sampled: bool, source: str,
+                 busy: float | None = None) -> PlainReference:
         """A reference from a plain run at ``depth`` tokens of context (``slope``: seconds per token of context)."""
         step = 1.0 / tps
         if slope is not None:
             step = max(step - slope * depth, 1e-9)
-        return PlainReference(step, slope, depth, sampled, source)
+        return PlainReference(step, slope, depth, sampled, source, busy)
 
     def tps_at(self, depth: float) -> float | None:
         """Plain tokens/s at ``depth`` tokens of context; None outside what this reference can tell."""

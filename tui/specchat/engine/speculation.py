@@ -135,7 +135,7 @@ class Speculation:
         busy = [others for key, others in busy_timings().items() if key.startswith(ours)]
         if busy and spec.method != "none":
             notes.append(f"verify costs timed while other processes kept {max(busy):.1f} cores busy: they serve this"
-                         " process only, and the next start times them again")
+                         " process only, until they are timed again after a reply on a quiet machine")
         verify = self.verify
         if verify is not None and verify.exact < 2:
             notes.append("on this backend a batch's logits differ from one-at-a-time decoding (measured): greedy output"
@@ -184,8 +184,8 @@ class Speculation:
         return f"{cost_key(target.model, target.ctx, self.config.target)}|depth slope"
 
     def _timed_busy(self) -> bool:
-        busy = busy_timings()
-        return self.verify is not None and (self._verify_key() in busy or self._slope_key() in busy)
+        busy = busy_timings()  # (empty on a quiet start: the keys, a few milliseconds to compute, are not needed)
+        return bool(busy) and self.verify is not None and (self._verify_key() in busy or self._slope_key() in busy)
 
     def _retime_plan(self) -> str:
         """What the reason "auto" is off adds: when its costs are timed again."""
@@ -201,16 +201,21 @@ class Speculation:
         time them again where a quiet probe disagrees. Returns True when the policies were priced anew."""
         if self.verify is None or not isinstance(self.length, Adaptive):
             return False
-        self._retime_credit += RETIME_SHARE * decoded_s
+        target = self._target
+        if target.ctx.n_ctx - len(target.ctx.cached) < self.verify.sizes[-1]:
+            return False  # no room left to time the sweep's largest batch at the end of this chat
+        if not self.length.active:  # the budget is of the decoding while off, not of a session's
+            self._retime_credit += RETIME_SHARE * decoded_s
         if self._timed_busy():
             if others is not None and others >= QUIET_OTHERS:
                 return False  # still busy: a probe could not judge, and would only cost
         elif self.length.active or self._retime_credit < self._probe_s:
             return False
-        target, verify, key = self._target, self.verify, self._verify_key()
+        verify, key = self.verify, self._verify_key()
         token = max(target.model.bos, 0)
+        slope = self.depth_slope()
         started = perf_counter()
-        agrees, window = watched(lambda: probe_verify_cost(target.ctx, token)(verify))
+        agrees, window = watched(lambda: probe_verify_cost(target.ctx, token, slope)(verify))
         self._probe_s = perf_counter() - started
         self._retime_credit = max(0.0, self._retime_credit - self._probe_s)
         cache = CostCache(paths.verify_costs_file())
@@ -218,14 +223,17 @@ class Speculation:
             return False
         slope_busy = self._slope_key() in busy_timings()
         drop_busy(self._slope_key())  # timed again, quietly, as the policies are priced anew below
-        if agrees:
-            if key in busy_timings():
-                cache.vouch(key, verify)  # a busy window's curve that a quiet probe confirms: this machine's
+        if agrees and key not in busy_timings():
             if not slope_busy:
                 return False
-        else:
-            self.verify = cache.measure_again(key, lambda: measure_verify_cost(target.ctx, token, verify.sizes),
-                                              "the target's verify batches again (the probe disagreed)")
+        else:  # a quiet probe disagreed, or the curve in use was timed in a busy window: timed again, quietly
+
+            def at_no_depth() -> VerifyCost:  # timed at the end of this chat; kept as of an empty cache
+                depth, timed = len(target.ctx.cached), measure_verify_cost(target.ctx, token, verify.sizes)
+                return VerifyCost(timed.sizes, tuple(max(s - slope * b * depth, 0.25 * s)
+                                                     for b, s in zip(timed.sizes, timed.seconds)), timed.exact)
+
+            self.verify = cache.measure_again(key, at_no_depth, "the target's verify batches again")
         self._learned.clear()  # every policy priced by the old curve; what they learned is in the memory (keep)
         self._learned_costs.clear()
         rules = self.rules  # its random draws go on where they were: re-timing changes no sampled reply

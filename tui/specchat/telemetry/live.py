@@ -17,6 +17,7 @@ from ..engine.events import (
     ContextTrimmed,
     DraftSource,
     Event,
+    PlainMeasured,
     ReplyFinished,
     ReplyStarted,
     SpeculationChanged,
@@ -113,6 +114,10 @@ class LiveTelemetry:
             self.speculation = event.speculation
         elif isinstance(event, ThreadsAdjusted):
             self.threads = event
+        elif isinstance(event, PlainMeasured):
+            self.reference = PlainReference.measured(event.tps, event.depth, event.per_token_s, event.sampled,
+                                                     "a plain run after the last reply (the start's ran beside busy"
+                                                     " cores)")
         elif isinstance(event, ContextTrimmed):
             self.trimmed += event.dropped_messages
         elif isinstance(event, ReplyFinished):
@@ -134,6 +139,7 @@ class LiveTelemetry:
         self._recent.clear()
         self._step_ends.clear()
         self._plain_steps.clear()
+        self.stored_chats = ""
 
     def _plain_step(self, step: StepVerified) -> None:
         """An undrafted step (nothing drafted, withheld or ignored) is plain decoding, at the depth it decoded at. (A
@@ -148,12 +154,15 @@ class LiveTelemetry:
         ends = self._step_ends
         steps = [(ends[n] - ends[n - 1], depth) for n, depth in self._plain_steps
                  if n in ends and n - 1 in ends and ends[n] > ends[n - 1]]
-        if len(steps) < CHECK_STEPS:
-            return
+        if steps:  # a server's tokens read in one burst arrive microseconds apart: those gaps time no step
+            typical = median(seconds for seconds, _ in steps)
+            steps = [(seconds, depth) for seconds, depth in steps if seconds >= 0.25 * typical]
+        if len(steps) < CHECK_STEPS or self.busy_machine:
+            return  # (steps decoded with fewer threads beside a busy neighbour are no machine's plain rate)
         seen = 1.0 / median(seconds for seconds, _ in steps)
         depth = round(sum(d for _, d in steps) / len(steps))
         old = self.reference
-        held = old.tps_at(depth) if old is not None else None
+        held = old.tps_at(depth) if old is not None and old.busy is None else None
         if held is not None and abs(seen / held - 1.0) <= REFERENCE_NOISE:
             return
         before = f" (the reference read {held:.0f} tok/s there)" if held is not None else ""
@@ -164,7 +173,8 @@ class LiveTelemetry:
     @property
     def nothing_drafted(self) -> bool:
         """The reply in progress (or the last one) judged steps and drafted in none: it *is* plain decoding."""
-        return self.reply.steps > 0 and self.reply.drafted == 0 and not self.estimated
+        reply = self.reply
+        return reply.steps > 0 and reply.drafted == reply.withheld == reply.ignored == 0 and not self.estimated
 
     @property
     def depth(self) -> float | None:
@@ -177,13 +187,19 @@ class LiveTelemetry:
     def plain_tps(self) -> float | None:
         """Plain decoding of the same target at this reply's depth and with its sampling; None: not measurable."""
         depth = self.depth
-        if self.reference is None:
-            return None
+        if self.reference is None or self.reference.busy is not None:
+            return None  # a run beside busy cores divides nothing (issue #47: it read 3 tok/s of 150)
         return self.reference.tps_at(depth if depth is not None else self.reference.depth)
 
     @property
     def plain_source(self) -> str:
-        return self.reference.describe(self.depth) if self.reference is not None else self.unmeasured
+        reference = self.reference
+        if reference is None:
+            return self.unmeasured
+        if reference.busy is not None:
+            return (f"not compared — the plain run was taken while other processes kept {reference.busy:.1f} cores"
+                    " busy; it is run again after a reply on a quiet machine")
+        return reference.describe(self.depth)
 
     def tps_now(self) -> float | None:
         """Tokens per second over the last second of generation."""

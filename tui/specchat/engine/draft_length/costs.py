@@ -90,9 +90,10 @@ def drop_busy(key: str) -> None:
         del _busy[where]
 
 
-def probe_verify_cost(ctx: Context, token: int) -> Callable[[VerifyCost], bool]:
+def probe_verify_cost(ctx: Context, token: int, slope: float = 0.0) -> Callable[[VerifyCost], bool]:
     """Whether a kept curve still prices 8 rows in plain steps as this machine decodes them now, and a plain step near
-    where it did (the fastest of three each, a few hundredths of a second on the bundled model)."""
+    where it did (the fastest of three each, a few hundredths of a second on the bundled model). The curve is of an
+    empty cache: at the cache's depth each row costs ``slope`` a token of context more. A full cache cannot judge."""
     def timed(b: int) -> float:
         keep, best = len(ctx.cached), math.inf
         for _ in range(REPEATS_SMALL):
@@ -104,13 +105,20 @@ def probe_verify_cost(ctx: Context, token: int) -> Callable[[VerifyCost], bool]:
         return best
 
     def agrees(kept: VerifyCost) -> bool:
+        depth = len(ctx.cached)
+        if depth + 1 > ctx.n_ctx:
+            return True
+
+        def priced(b: int) -> float:
+            return kept(b) + slope * b * depth
+
         one = timed(1)
-        if not 1 / PROBE_DRIFT <= one / kept(1) <= PROBE_DRIFT:
+        if not 1 / PROBE_DRIFT <= one / priced(1) <= PROBE_DRIFT:
             return False
-        b = min(PROBE_ROWS, kept.sizes[-1], ctx.n_batch, ctx.n_ctx - len(ctx.cached))
+        b = min(PROBE_ROWS, kept.sizes[-1], ctx.n_batch, ctx.n_ctx - depth)
         if b < 2:
             return True
-        return 1 / PROBE_NOISE <= (timed(b) / one) / (kept(b) / kept(1)) <= PROBE_NOISE
+        return 1 / PROBE_NOISE <= (timed(b) / one) / (priced(b) / priced(1)) <= PROBE_NOISE
     return agrees
 
 
