@@ -122,6 +122,18 @@ def endless_profile(base: str = "tiny") -> str:
 SIZE = (140, 45)  # the terminal the app tests run in
 
 
+async def statuses_while_loading(pilot, every: float = 0.01, timeout: float = 120.0) -> list[str]:
+    """Each status line the app showed, in order, until its first load is done (the empty line last)."""
+    app, statuses = pilot.app, []
+    for _ in range(int(timeout / every)):
+        if app.status not in statuses[-1:]:
+            statuses.append(app.status)
+        if app.backend is not None and app.busy is None:
+            break
+        await pilot.pause(every)
+    return statuses
+
+
 async def wait_until(pilot, condition, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

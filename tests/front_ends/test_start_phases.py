@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import CTRL_D, run_repl
+from helpers import CTRL_D, run_repl, statuses_while_loading
 from specchat import paths
 from specchat.engine import phases
 from specchat.engine.draft_length import costs
@@ -45,15 +45,8 @@ def test_the_engine_names_each_phase_of_a_start_in_order(make_engine, first_cost
 async def test_the_app_status_line_follows_the_phases(settings, first_costs):
     from specchat.app.chat_app import make_app
 
-    statuses: list[str] = []
     async with make_app(settings).run_test(size=(120, 40)) as pilot:
-        app = pilot.app
-        for _ in range(2400):  # 120 s
-            if app.status not in statuses[-1:]:
-                statuses.append(app.status)
-            if app.backend is not None and app.busy is None:
-                break
-            await pilot.pause(0.01)
+        statuses = await statuses_while_loading(pilot)
     assert any(s.startswith(TIMING) for s in statuses) and any(s.startswith(PLAIN) for s in statuses), statuses
     assert statuses[-1] == ""
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import cli, CTRL_D, run_repl
+from helpers import cli, CTRL_D, run_repl, statuses_while_loading
 
 from specchat import paths
 from specchat.engine.gguf_header import read_metadata
@@ -89,16 +89,9 @@ async def test_the_app_on_a_first_start_says_that_it_derives_the_draft(tmp_path)
     fresh_cache()
     settings = Settings(db_path=tmp_path / "chats.sqlite3", keymap=tmp_path / "keymap.toml",
                         exports=tmp_path / "exports", max_tokens=4, last_profile=tmp_path / "last-profile")
-    statuses: list[str] = []
     async with make_app(settings).run_test(size=(120, 40)) as pilot:
-        app = pilot.app
-        for _ in range(2400):  # 120 s
-            if app.status not in statuses[-1:]:
-                statuses.append(app.status)
-            if app.backend is not None and app.busy is None:
-                break
-            await pilot.pause(0.05)
-        sidebar = app.sidebar.plain
+        statuses = await statuses_while_loading(pilot, every=0.05)
+        sidebar = pilot.app.sidebar.plain
     deriving = [s for s in statuses if s.startswith(embedded.DERIVING)]
     assert deriving and deriving[-1].endswith(" %")  # the status line said it while the load went on
     assert statuses[-1] == "" and embedded.DERIVING not in sidebar  # once loaded, the line is gone
