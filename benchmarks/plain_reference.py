@@ -7,8 +7,10 @@ deep, where plain decoding is slower than at an empty cache). For each, alternat
 speed-up, and what the old reference (a 32-token greedy run at an empty cache) would have said. With
 ``--busy-start N``, N busy loops run beside the start (its load and its plain reference) and stop before the reply, as
 a compile that ends (issue #47): the sidebar's reference is then whatever the reply's undrafted steps made of it.
+With ``--server``, the same two cases run through a llama-server specchat starts (`specchat server build`): the
+embedded pair drafting there (`server-tiny`), and plain decoding at T = 0.8 on the server.
 
-    python benchmarks/plain_reference.py [--repeat 3] [--max-tokens 800] [--busy-start 2]
+    python benchmarks/plain_reference.py [--repeat 3] [--max-tokens 800] [--busy-start 2] [--server]
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ method = "none"
 [sampling]
 temperature = 0.8
 seed = 3
+"""
+ON_SERVER = """
+[backend]
+kind = "llama-server"
 """
 
 
@@ -73,26 +79,36 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=800)
     parser.add_argument("--busy-start", type=int, default=0, metavar="N", help="busy loops beside each start")
+    parser.add_argument("--server", action="store_true", help="through llama-server instead of in-process")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         sampled = Path(folder) / "baseline-sampled.toml"
-        sampled.write_text(SAMPLED)
+        sampled.write_text(SAMPLED + (ON_SERVER if args.server else ""))
         cases = {"tiny (draft, greedy)": "tiny", "plain at T=0.8": str(sampled)}
+        if args.server:
+            cases = {"server-tiny (draft, greedy)": "server-tiny", "server plain at T=0.8": str(sampled)}
         rows: dict[str, list[dict]] = {name: [] for name in cases}
         for rep in range(args.repeat):
             for name, profile in cases.items():  # alternated
                 rows[name].append(run(profile, args.max_tokens, args.busy_start))
                 r = rows[name][-1]
                 print(f"[{rep + 1}/{args.repeat}] {name}: {r['tokens']} tokens, mean depth {r['depth']:.0f}; plain"
-                      f" sidebar {r['sidebar_plain']:.1f} / A/B {r['ab_plain']:.1f} / old {r['old_plain']:.1f} tok/s;"
-                      f" speed-up sidebar {r['sidebar_speedup']:.2f}× / A/B {r['ab_speedup']:.2f}×"
-                      f" / old {r['old_speedup']:.2f}×", flush=True)
-    print("\nmedians")
+                      f" sidebar {shown(r['sidebar_plain'])} / A/B {shown(r['ab_plain'])} / old"
+                      f" {shown(r['old_plain'])} tok/s; speed-up sidebar {shown(r['sidebar_speedup'], 2)}× / A/B"
+                      f" {shown(r['ab_speedup'], 2)}× / old {shown(r['old_speedup'], 2)}×", flush=True)
+    print("\nmedians (of the runs that have the figure)")
     for name, rs in rows.items():
-        def med(key: str) -> float:
-            return statistics.median(r[key] for r in rs)
-        print(f"{name:22} sidebar plain / A/B plain {med('sidebar_plain') / med('ab_plain'):.3f}  speed-up sidebar"
-              f" {med('sidebar_speedup'):.2f}×  A/B {med('ab_speedup'):.2f}×  old reference {med('old_speedup'):.2f}×")
+        def med(key: str) -> float | None:
+            values = [r[key] for r in rs if r[key] is not None]
+            return statistics.median(values) if values else None
+        ratio = med("sidebar_plain") / med("ab_plain") if med("sidebar_plain") and med("ab_plain") else None
+        print(f"{name:28} sidebar plain / A/B plain {shown(ratio, 3)}  speed-up sidebar"
+              f" {shown(med('sidebar_speedup'), 2)}×  A/B {shown(med('ab_speedup'), 2)}×  old reference"
+              f" {shown(med('old_speedup'), 2)}×")
+
+
+def shown(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
 
 
 if __name__ == "__main__":

@@ -30,6 +30,21 @@ from specchat.repl.shell import Repl, ReplSettings
 
 THREADS = 2  # every model of the tests decodes with two threads (the machine's cores)
 
+
+class BusyLoops:
+    """A busy machine made inside a test: ``n`` processes that keep a core each busy until ``stop()``."""
+
+    def __init__(self, n: int = 2) -> None:
+        self.loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+        time.sleep(0.3)  # running, not starting
+
+    def stop(self) -> None:
+        for loop in self.loops:
+            loop.kill()
+            loop.wait()
+        time.sleep(0.3)
+
+
 # -- the engine ------------------------------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from backend_kinds import llama_servers_running
-from helpers import THREADS
+from helpers import THREADS, BusyLoops
 from specchat.backends import open_backend
 from specchat.backends.run_config import BackendSettings, RunConfig
 from specchat.backends.provenance import StepTracker
@@ -27,8 +27,10 @@ from specchat.backends.server_build import ENV, extract
 from specchat.backends.server_process import ServerProcess
 from specchat.engine import Message, ModelSettings, SpecConfig, TokenEmitted, TokenKind
 from specchat.engine.conversation import ChatKey, Forgotten
-from specchat.engine.events import ReplyFinished, StepVerified
+from specchat.engine.draft_length.costs import QUIET_OTHERS
+from specchat.engine.events import PlainMeasured, ReplyFinished, StepVerified
 from specchat.errors import BackendError, ConfigError, SpecchatError
+from specchat.telemetry.live import LiveTelemetry
 
 PROMPT = "List five countries in Europe and their capitals."
 
@@ -142,6 +144,32 @@ def test_sampling_changes_per_request_and_speculation_changes_restart_the_server
     assert server_backend.plain_reference()  # a plain server: its own loop measured
     assert server_backend.apply(config) == "server restarted"
     assert list(server_backend.answer(history(server_backend), PROMPT, max_tokens=16))[-1].stats.drafted > 0
+
+
+def test_a_plain_run_on_the_server_beside_busy_loops_is_marked_and_run_again_when_quiet(server_backend):
+    """Through llama-server the decoding is the server's CPU time: counted as other processes', every plain run would
+    look busy; not watched at all, a run beside a compile divided every later figure (issue #47). The server is ours:
+    a quiet run is kept, a busy one is marked and run again after the first reply on a quiet machine, and a reply
+    beside busy loops says so, so that its undrafted steps replace no reference."""
+    server_backend.apply(dataclasses.replace(server_backend.config, spec=SpecConfig("none")))
+    quiet = server_backend.plain_reference()
+    assert quiet is not None and quiet.busy is None
+    loops = BusyLoops()
+    try:
+        busy = server_backend.plain_reference()
+        during = list(server_backend.answer(history(server_backend), PROMPT, max_tokens=48))
+    finally:
+        loops.stop()
+    assert busy is not None and busy.busy >= QUIET_OTHERS
+    assert during[-1].stats.busy_cores >= QUIET_OTHERS and not any(isinstance(e, PlainMeasured) for e in during)
+    live = LiveTelemetry()
+    live.reference = quiet
+    live.consume(during)
+    assert live.reference is quiet  # the busy reply's plain steps are no rate of this machine
+    after = list(server_backend.answer(history(server_backend), PROMPT, max_tokens=48))
+    assert [type(e) for e in after[-2:]] == [PlainMeasured, ReplyFinished] and after[-1].stats.busy_cores is None
+    assert not any(isinstance(e, PlainMeasured) for e in server_backend.answer(history(server_backend), PROMPT,
+                                                                                max_tokens=8))  # once
 
 
 def test_ab_plain_arm_restarts_the_server_without_speculation_and_back(server_backend):

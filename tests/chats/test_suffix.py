@@ -459,6 +459,41 @@ def test_the_first_reply_does_not_wait_for_the_index(make_engine):
     assert engine.wait_for_history(60) and engine.history.index is not None
 
 
+def test_a_start_indexes_the_stored_chats_before_it_times_anything(target_path, tmp_path, seeded, monkeypatch):
+    """Issue #47: the first reply of a new process drafted nothing from the stored chats, whose index waited for the
+    start's verify sweep and plain reference. Given with the models, the stored chats are indexed first (a timing waits
+    up to a second for them), and the sweep after — a first start here, with no kept curve, times one."""
+    from specchat.engine import Engine, EngineConfig, ModelSettings, SpecConfig
+    from specchat.engine import speculation
+    from specchat.engine.phases import told
+
+    monkeypatch.setattr(paths, "verify_costs_file", lambda: tmp_path / "fresh-costs.json")
+    order: list[str] = []
+    sweep = speculation.measure_verify_cost
+
+    def timed_sweep(*args, **kwargs):  # watched, not replaced: the sweep runs as it does for a user
+        order.append("sweep")
+        return sweep(*args, **kwargs)
+
+    def read():
+        yield from stored_replies(seeded)
+        order.append("read")
+
+    monkeypatch.setattr(speculation, "measure_verify_cost", timed_sweep)
+    config = EngineConfig(target=ModelSettings(target_path, threads=THREADS), spec=SpecConfig("suffix", n_max=4),
+                          system_prompt=SYSTEM)
+    with told(order.append):
+        engine = Engine(config, read_history=read)
+    try:
+        def first(start: str) -> int:  # where a mark or a phase's line is first in ``order``
+            return next(i for i, said in enumerate(order) if said.startswith(start))
+
+        assert first("indexing the stored chats") < first("read") < first("sweep") and engine.wait_for_history(0)
+        assert engine.history.index is not None and engine.history.index.documents > 1
+    finally:
+        engine.close()
+
+
 def test_the_index_builds_only_between_replies(make_engine, seeded):
     """Beside a reply the build took its cores (36 tok/s against 124 alone here): it waits while one runs."""
     engine = make_engine("suffix", n_max=4)

@@ -5,11 +5,10 @@ here, by busy loops beside the sweep, and the kept curve is written as a busy st
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
+from helpers import BusyLoops
 
 from specchat.engine.draft_length import costs
 from specchat.engine.draft_length.auto import VerifyCost
@@ -23,18 +22,6 @@ def fresh_process(monkeypatch):
     """Each test starts as a new process would: nothing timed in a busy window, no kept curve probed yet."""
     monkeypatch.setattr(costs, "_busy", {})
     monkeypatch.setattr(costs, "_probed", set())
-
-
-class BusyLoops:
-    def __init__(self, n: int = 2) -> None:
-        self.loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-        time.sleep(0.3)  # running, not starting
-
-    def stop(self) -> None:
-        for loop in self.loops:
-            loop.kill()
-            loop.wait()
-        time.sleep(0.3)
 
 
 @pytest.fixture

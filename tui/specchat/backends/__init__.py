@@ -8,12 +8,12 @@ it can do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..engine.conversation import UNSTORED, ChatKey, Forgotten, Message
-from ..engine.drafters.history import StoredReply
+from ..engine.drafters.history import StoredChats
 from ..engine.events import Event, SpeculationState
 from ..engine.reference import PlainReference
 from ..errors import SpecchatError, SwitchFailed
@@ -80,7 +80,7 @@ class Backend(Protocol):
     def model_files(self) -> dict[str, Path]:
         """Role ("target", "draft") → the model file in use."""
 
-    def learn_history(self, read: Callable[[], Iterable[StoredReply]], *, wait: bool = False) -> None:
+    def learn_history(self, read: StoredChats, *, wait: bool = False) -> None:
         """The user's earlier chats, for a method that drafts from them ("suffix"): ``read`` yields the stored replies
         and is called off the engine thread, whose replies never wait for it — unless ``wait``, which returns once
         they are indexed (a script's one reply). A backend whose drafting runs elsewhere ignores them."""
@@ -92,26 +92,30 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def open_backend(config: RunConfig) -> Backend:
-    """The backend a configuration asks for (``[backend] kind``: one of ``kinds.backend_kinds()``)."""
-    return config.backend_kind.open(config)
+def open_backend(config: RunConfig, stored: StoredChats | None = None) -> Backend:
+    """The backend a configuration asks for (``[backend] kind``: one of ``kinds.backend_kinds()``); ``stored``: the
+    stored chats it drafts from too, where its method does (``Backend.learn_history``), given before it times
+    anything."""
+    return config.backend_kind.open(config, stored)
 
 
-def switch_backend(current: Backend | None, config: RunConfig) -> tuple[Backend, str]:
+def switch_backend(current: Backend | None, config: RunConfig,
+                   stored: StoredChats | None = None) -> tuple[Backend, str]:
     """The backend for ``config`` and what it took. A kind opened the way the current one was switches in place with
-    the least work; another kind replaces it — the old one closed first, so two copies of a model never share the
-    memory — and when the new one cannot open, the old one opens again and the error says so."""
+    the least work (keeping the stored chats it was given); another kind replaces it — the old one closed first, so
+    two copies of a model never share the memory — and when the new one cannot open, the old one opens again and the
+    error says so."""
     if current is None:
-        return open_backend(config), "loaded"
+        return open_backend(config, stored), "loaded"
     if current.config.backend_kind.open is config.backend_kind.open:
         return current, current.apply(config)
     previous = current.config
     current.close()
     try:
-        return open_backend(config), "backend switched"
+        return open_backend(config, stored), "backend switched"
     except SpecchatError as exc:
         try:
-            restored = open_backend(previous)
+            restored = open_backend(previous, stored)
         except SpecchatError as again:
             raise SwitchFailed(f"{exc} — and the previous profile could not be opened again: {again}", None) from None
         raise SwitchFailed(f"{exc} — the previous profile was opened again", restored) from None

@@ -16,6 +16,7 @@ from ..engine.engine_config import Runner
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    from ..engine.drafters.history import StoredChats
     from . import Backend
     from .run_config import RunConfig
 
@@ -27,7 +28,7 @@ class BackendKind:
 
     name: str  # [backend] kind
     label: str  # the word the profile picker shows
-    open: Callable[[RunConfig], Backend]
+    open: Callable[[RunConfig, StoredChats | None], Backend]  # a configuration and the stored chats to draft from
     runs_engine: bool = False  # specchat's own loop runs here: its drafters, "auto" learning from every step
     starts_process: bool = False  # specchat starts (and stops) the process that holds the models
     own_models: bool = False  # a server's models, not files named here: no [target] model needed, no draft file

@@ -16,17 +16,19 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import paths
 from ..engine.chat_template import ChatTemplate
 from ..engine.engine_config import SWITCHED_OFF_BY_HAND, without_speculation
 from ..engine.conversation import UNSTORED, ChatKey, Forgotten, Message, TokenWindow, as_dicts
 from ..engine.drafters import METHODS
-from ..engine.drafters.history import StoredReply
-from ..engine.events import Event, ReplyFinished, SpeculationState, TokenEmitted
+from ..engine.drafters.history import StoredChats
+from ..engine.cpu import cpu_sample, others_cores
+from ..engine.draft_length.costs import MIN_WINDOW_S, quiet, watched
+from ..engine.events import Event, PlainMeasured, ReplyFinished, SpeculationState, TokenEmitted
 from ..engine.llama import Model, model_identity
 from ..engine.phases import announce
 from ..engine.reference import PLAIN_RATE_TOKENS, PlainReference
@@ -43,6 +45,8 @@ from .server_api import BY_NAME, CompletionApi, Link, ServerApi, Turn, detect
 from .server_build import find_server
 from .run_folder import run_folder
 from .server_process import ServerProcess
+
+T = TypeVar("T")
 
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
 SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
@@ -104,7 +108,7 @@ class LlamaServerBackend:
     rejected_tails = False  # the server says how many draft tokens it rejected, never which
     no_reference = ""
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, stored: StoredChats | None = None) -> None:
         self.config = config
         self.process: ServerProcess | None = None
         self._vocab: Model | None = None
@@ -112,7 +116,7 @@ class LlamaServerBackend:
         self.template: ChatTemplate | None = None
         self._template_choice: str | None = None
         # The stored chats, as lookup caches for a managed server that drafts with ngram-cache (``learn_history``).
-        self._read_history: Callable[[], Iterable[StoredReply]] | None = None
+        self._read_history: StoredChats | None = None
         self._lookup: LookupCacheBuilder | None = None
         self._lookup_dir: Path | None = None
         self._forgotten: set[int] = set()
@@ -120,12 +124,15 @@ class LlamaServerBackend:
         self._holds_private: ChatKey | None = None  # the private chat whose requests the server's n-gram tables hold
         self._running_cache_args: list[str] = []
         self._cache_problem = ""  # why the server runs without the caches it was given
+        self._busy_reference = False  # the last plain run ran beside busy cores: it runs again when they are quiet
         try:
             self._open(config)
         except BaseException:
             self.close()
             raise
         self._running = config  # what the server process was started with
+        if stored is not None:
+            self.learn_history(stored)
 
     def _open(self, config: RunConfig) -> None:
         """Start (managed) or reach (remote) the server for ``config``; the tokenizer and the conversation are kept
@@ -272,7 +279,29 @@ class LlamaServerBackend:
             reset_peak_rss(self.process.pid)
             if chat.private and learns_across_requests(self.config):
                 self._holds_private = chat
+            return self._watched(self._reply(history, text, max_tokens, should_stop, top), self.process.pid)
         return self._reply(history, text, max_tokens, should_stop, top)
+
+    def _watched(self, events: Iterator[Event], pid: int) -> Iterator[Event]:
+        """A managed server's reply, with what other processes did meanwhile (the server's CPU time is ours): one they
+        kept waiting says so (its undrafted steps are no plain rate of this machine), and after a quiet one a plain
+        run taken beside busy cores runs again (issue #47)."""
+        before = cpu_sample((pid,))
+        for event in events:
+            if isinstance(event, ReplyFinished):
+                after = cpu_sample((pid,))
+                others = others_cores(before, after) if before and after and after.when - before.when >= MIN_WINDOW_S \
+                    else None
+                if not quiet(others):
+                    event.stats.busy_cores = others
+                elif self._busy_reference and event.finish_reason not in ("cancelled", "error"):
+                    yield from self._plain_again()
+            yield event
+
+    def _plain_again(self) -> Iterator[PlainMeasured]:
+        reference = self.plain_reference()
+        if reference is not None and reference.busy is None:
+            yield PlainMeasured(1.0 / reference.step_s, reference.depth, None, reference.sampled)
 
     def _leave_private_chat(self, chat: ChatKey) -> None:
         """A reply in another chat than the private one whose requests the server's n-gram tables hold: the server
@@ -300,7 +329,8 @@ class LlamaServerBackend:
         saved = self.chat.snapshot()
         announce(f'measuring plain decoding on the server for "vs plain" ({PLAIN_RATE_TOKENS} tokens)')
         try:
-            events = list(self._reply([], "Count from one to fifty.", PLAIN_RATE_TOKENS, lambda: False))
+            events, others = self._watch(lambda: list(self._reply([], "Count from one to fifty.", PLAIN_RATE_TOKENS,
+                                                                  lambda: False)))
         finally:
             self.chat.resume(saved)
         times = [e.elapsed for e in events if isinstance(e, TokenEmitted)]
@@ -310,8 +340,18 @@ class LlamaServerBackend:
             self.no_reference = "not measured — the server's plain run gave no rate"
             return None
         depth = finished.stats.prompt_tokens + len(times) // 2
+        # Beside busy cores such a run is marked, divides nothing, and runs again after a quiet reply (issue #47).
+        self._busy_reference = not quiet(others)
         return PlainReference.measured(tps, depth, None, not self.config.sampling.greedy,
-                                       f"a plain run of {PLAIN_RATE_TOKENS} tokens on the server")
+                                       f"a plain run of {PLAIN_RATE_TOKENS} tokens on the server",
+                                       others if self._busy_reference else None)
+
+    def _watch(self, measure: Callable[[], T]) -> tuple[T, float | None]:
+        """``measure()`` and the cores other processes kept busy meanwhile; a server specchat did not start may run
+        anywhere (on this machine its CPU time would read as another process's), so its runs are not judged."""
+        if self.process is None:
+            return measure(), None
+        return watched(measure, (self.process.pid,))
 
     def _unmeasurable(self) -> str:
         """Why a plain run cannot be timed on this server as a reply is; "" when it can."""
@@ -364,7 +404,7 @@ class LlamaServerBackend:
         if self.chat is not None:
             self.chat.restore([])
 
-    def learn_history(self, read: Callable[[], Iterable[StoredReply]], *, wait: bool = False) -> None:
+    def learn_history(self, read: StoredChats, *, wait: bool = False) -> None:
         """The stored replies as llama.cpp's lookup caches, where a server specchat starts drafts with ngram-cache
         ("suffix" runs there as it): written on a thread of its own, then the server is restarted with them before the
         next reply — unless ``wait``, which returns once it runs with them (a script's one reply). A remote server and

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..engine import Engine, Message, ReplyFinished
 from ..engine.engine_config import without_speculation
-from ..engine.drafters.history import StoredReply
+from ..engine.drafters.history import StoredChats
 from ..engine.conversation import NOT_KEPT, UNSTORED, ChatKey, Forgotten, as_dicts
 from ..engine.events import Event, SpeculationState
 from ..engine.llama import model_identity
@@ -24,8 +24,8 @@ class LocalBackend:
     pid = None
     no_reference = ""
 
-    def __init__(self, config: RunConfig) -> None:
-        self.engine = Engine(config)
+    def __init__(self, config: RunConfig, stored: StoredChats | None = None) -> None:
+        self.engine = Engine(config, read_history=stored)
         self._target_id = model_identity(config.target.path)
 
     @property
@@ -95,7 +95,7 @@ class LocalBackend:
             files["draft"] = self.engine.draft_model.path
         return files
 
-    def learn_history(self, read: Callable[[], Iterable[StoredReply]], *, wait: bool = False) -> None:
+    def learn_history(self, read: StoredChats, *, wait: bool = False) -> None:
         self.engine.learn_history(read)
         if wait:
             self.engine.wait_for_history()

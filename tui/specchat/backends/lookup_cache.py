@@ -13,13 +13,13 @@ n-gram runs across two documents.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine.drafters.history import StoredReply, cached_documents, lowest_priority
+from ..engine.drafters.history import StoredChats, cached_documents, lowest_priority
 from ..engine.llama import Model
 from ..errors import SpecchatError
 
@@ -103,7 +103,7 @@ class LookupCacheBuilder:
     when it ends: ``files`` then holds the caches' paths, or ``problem`` why there are none. The replies of a
     ``forgotten`` conversation are left out; a build ``cancel``led (a newer one replaces it) writes nothing."""
 
-    def __init__(self, read: Callable[[], Iterable[StoredReply]], model_path: Path, target_id: str,
+    def __init__(self, read: StoredChats, model_path: Path, target_id: str,
                  template: ChatTemplate, token_cache: Path, folder: Path, forgotten: frozenset[int]) -> None:
         self.model_path, self.folder = model_path, folder
         self.files: tuple[Path, Path] | None = None
@@ -122,7 +122,7 @@ class LookupCacheBuilder:
     def cancel(self) -> None:
         self._cancelled.set()
 
-    def _build(self, read: Callable[[], Iterable[StoredReply]], vocab: Model, target_id: str, template: ChatTemplate,
+    def _build(self, read: StoredChats, vocab: Model, target_id: str, template: ChatTemplate,
                token_cache: Path, forgotten: frozenset[int]) -> None:
         lowest_priority()
         try:

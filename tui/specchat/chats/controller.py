@@ -20,6 +20,7 @@ from pathlib import Path
 from ..backends import Backend, switch_backend
 from ..engine import ReplyFinished
 from ..engine.conversation import ChatKey, Forgotten
+from ..engine.drafters.history import StoredChats
 from ..engine.events import DraftSource, Event, SpeculationState
 from ..errors import Refused, SwitchFailed
 from ..figures import DASH
@@ -124,17 +125,12 @@ class ChatController:
         system_prompt = self.session.system_prompt if self.profile is not None else config.system_prompt
         config = dataclasses.replace(config, system_prompt=system_prompt)
         before = self.backend.config if self.backend is not None else None
-        opened = self.backend
-        try:
-            self.backend, action = switch_backend(self.backend, config)
+        try:  # a backend opened anew is given the stored chats to index before it times anything
+            self.backend, action = switch_backend(self.backend, config, self._stored_chats())
         except SwitchFailed as exc:  # what runs now is the previous profile opened again, another pid, or nothing
             self.backend = exc.backend
             self.facts = BackendFacts.of(self.backend) if self.backend is not None else None
-            if self.backend is not None and self.backend is not opened:
-                self._give_history(self.backend)
             raise
-        if self.backend is not opened:
-            self._give_history(self.backend)
         keep = action in SAME_TARGET and before is not None and (before.target, before.kv_cache, before.sampling) == \
             (config.target, config.kv_cache, config.sampling)  # the same threads and GPU layers too
         # A server restarted for the same target (a toggle) is measured again when it decodes plainly, and keeps the
@@ -143,19 +139,22 @@ class ChatController:
         no_reference = "" if keep or reference is not None else self.backend.no_reference
         return Switched(choice, profile, action, BackendFacts.of(self.backend), reference, no_reference, keep)
 
-    def _give_history(self, backend: Backend) -> None:
-        """A backend opened: it drafts from the stored chats too, where its method does (read off the engine thread)."""
-        store = self.session.store  # (a front end may give the session its store after making the controller)
-        if store is not None:
-            if self._forget not in store.forgetting:
-                store.forgetting.append(self._forget)
-            backend.learn_history(partial(stored_replies, store.path))
+    def _stored_chats(self) -> StoredChats | None:
+        """What a backend drafts from besides the chat, where its method does (read off the engine thread); None
+        until the session has its store (a front end may give it after making the controller)."""
+        store = self.session.store
+        if store is None:
+            return None
+        if self._forget not in store.forgetting:
+            store.forgetting.append(self._forget)
+        return partial(stored_replies, store.path)
 
     def store_opened(self) -> None:
         """*Engine thread.* The session's store opened late (another process held it): the backend drafts from the
         stored chats too, where its method does."""
-        if self.backend is not None:
-            self._give_history(self.backend)
+        stored = self._stored_chats()
+        if self.backend is not None and stored is not None:
+            self.backend.learn_history(stored)
 
     def _forget(self, what: Forgotten) -> None:
         """Told by the store (any thread): a chat deleted or made private, or messages of one deleted."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import threading
 from contextlib import contextmanager
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from time import perf_counter
 
@@ -26,9 +26,9 @@ from .chat_template import ChatTemplate
 from .engine_config import DEFAULT_MAX_TOKENS, EngineConfig
 from .conversation import UNSTORED, ChatKey, Forgotten, Message, TokenWindow
 from .cpu import ThreadGovernor
-from .draft_length.costs import QUIET_OTHERS, quiet, watched
+from .draft_length.costs import quiet, watched
 from .drafters import METHODS, Draft, Drafter
-from .drafters.history import History, HistoryBuilder, StoredReply
+from .drafters.history import History, HistoryBuilder, StoredChats
 from .events import (
     Candidate,
     DraftRejected,
@@ -86,12 +86,14 @@ class Engine:
     backend keeps a team of compute threads (OpenMP) per calling thread; a second caller makes a second team that
     fights the first for the cores (a REPL that loaded on one thread and decoded on another drafted at half speed)."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, read_history: StoredChats | None = None) -> None:
+        """``read_history``: the stored replies to draft from too (``learn_history``), indexed before anything is
+        timed."""
         self.config = config
         self._target, self._draft = open_pair(config)
         self.chat = TokenWindow(self._target.model, self._target.template)
         self.speculation = Speculation(config)
-        self._read_history: Callable[[], Iterable[StoredReply]] | None = None
+        self._read_history = read_history
         self._history_builder: HistoryBuilder | None = None
         self._idle = threading.Event()  # no reply running: the index over earlier chats builds only then
         self._idle.set()
@@ -187,10 +189,13 @@ class Engine:
         return action
 
     def _set_up_speculation(self) -> None:
-        """Speculation as the configuration says, with the models loaded now, from the conversation as it is."""
+        """Speculation as the configuration says, with the models loaded now, from the conversation as it is. The
+        stored chats are indexed first where that is quick: the first reply drafts from them (issue #47), and a sweep
+        waits for no index."""
+        self._index_history_if_read()
+        self._index_before_timing()
         with self._measuring():  # a verify sweep may run
             self.speculation.configure(self.config, self._target, self._draft, len(self.tokens))
-        self._index_history_if_read()
 
     @contextmanager
     def _measuring(self) -> Iterator[None]:
@@ -203,7 +208,7 @@ class Engine:
 
     # -- earlier chats -----------------------------------------------------------------------------------------
 
-    def learn_history(self, read: Callable[[], Iterable[StoredReply]]) -> None:
+    def learn_history(self, read: StoredChats) -> None:
         """Draft from the user's earlier chats too, where the method reads them ("suffix"): ``read`` yields the stored
         replies, and is called on a thread of its own whenever the index is built (for each target), so the first
         token never waits for it."""
@@ -224,6 +229,13 @@ class Engine:
     def wait_for_history(self, timeout: float | None = None) -> bool:
         """Wait until the index over earlier chats is built; False if it is still building after ``timeout``."""
         return self._history_builder is None or self._history_builder.wait(timeout)
+
+    def _index_before_timing(self) -> None:
+        """A timing pauses the index: it waits up to INDEX_BEFORE_TIMING_S for it first, saying so, so that the first
+        reply drafts from the stored chats (under a second for some 800 stored messages here)."""
+        if not self.wait_for_history(0):
+            announce("indexing the stored chats (the first reply drafts from them)")
+            self.wait_for_history(INDEX_BEFORE_TIMING_S)
 
     def _index_history_if_read(self) -> None:
         if self._read_history is None or self._history_builder is not None \
@@ -311,7 +323,7 @@ class Engine:
         compares with. A run of ``tokens`` at the conversation's depth with the profile's sampling (its own random
         draws: the target's are not disturbed), and how much a step slows per token of context (measured once per
         model, threads and KV cache, kept in the user cache). None when the context has no room for the run."""
-        self.wait_for_history(INDEX_BEFORE_TIMING_S)
+        self._index_before_timing()
         with self._measuring():
             reference, others = watched(lambda: self._plain_reference(tokens))
         # Beside busy cores a start read 3 tok/s where the machine decodes at 150 (issue #47): such a run is marked,
@@ -477,7 +489,9 @@ class Engine:
         self.chat.end_turn(text, list(reply.tokens), finish)
         stats.t_total = perf_counter() - reply.started
         governor = self._governor
-        self.speculation.end_reply(recall, reply.tokens, chat, quiet=governor is None or governor.busiest < QUIET_OTHERS)
+        busy = governor is not None and not quiet(governor.busiest)
+        stats.busy_cores = governor.busiest if busy else None
+        self.speculation.end_reply(recall, reply.tokens, chat, quiet=not busy)
         if finish not in ("cancelled", "error"):  # (a cancel wants the prompt back at once)
             # "Off" is never for good: between replies, the costs "auto" judged by are probed again where due.
             with self._measuring():  # the stored chats' index waits, as for every timing

@@ -26,8 +26,9 @@ class CpuSample:
     ours_s: float  # CPU time this process used
 
 
-def cpu_sample() -> CpuSample | None:
-    """None where ``/proc/stat`` is not available (not Linux)."""
+def cpu_sample(ours: tuple[int, ...] = ()) -> CpuSample | None:
+    """None where ``/proc/stat`` is not available (not Linux). ``ours``: pids whose CPU time counts as this process's
+    (a llama-server specchat started decodes for it: its time is not another process's load)."""
     try:
         with open("/proc/stat", encoding="ascii") as stat:
             fields = [int(v) for v in stat.readline().split()[1:9]]
@@ -36,7 +37,19 @@ def cpu_sample() -> CpuSample | None:
     user, nice, system, idle, iowait, irq, softirq, steal = fields
     ticks = os.sysconf("SC_CLK_TCK")
     own = os.times()
-    return CpuSample(time.monotonic(), (user + nice + system + irq + softirq + steal) / ticks, own.user + own.system)
+    children = sum(_process_ticks(pid) for pid in ours) / ticks
+    return CpuSample(time.monotonic(), (user + nice + system + irq + softirq + steal) / ticks,
+                     own.user + own.system + children)
+
+
+def _process_ticks(pid: int) -> int:
+    """User and system ticks of one process (0 once it is gone: a server that exited uses no CPU)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            after_name = stat.read().rsplit(")", 1)[1].split()  # the name may hold spaces and parentheses
+    except (OSError, IndexError):
+        return 0
+    return int(after_name[11]) + int(after_name[12])  # fields 14 and 15 of proc(5): utime, stime
 
 
 def cores() -> int:

@@ -62,6 +62,9 @@ class ReplyStats:
     server_tokens: int | None = None  # the server's own count of the reply's tokens, where it gives one
     loop_span: int = 0  # a reply stopped in a loop (finish "loop"): the repeated span's length in tokens
     loop_tokens: int = 0  # and the tokens its copies covered at the end
+    # the most cores other processes kept busy during the reply, where that many made its steps no plain rate of this
+    # machine (engine/draft_length/costs.py's ``quiet``); None: a quiet reply, or one nobody watched
+    busy_cores: float | None = None
 
     def token_emitted(self, kind: str, step: int, elapsed: float) -> None:
         """One token shown, of ``step``, ``elapsed`` seconds after the reply was requested."""
@@ -118,6 +121,8 @@ class ReplyStats:
 
     def summary(self) -> dict[str, object]:
         data = asdict(self)
+        if self.busy_cores is None:
+            del data["busy_cores"]  # the rows of quiet replies stay as they were before it was watched
         data.update(
             acceptance_rate=self.acceptance_rate,
             mean_acceptance_length=self.mean_acceptance_length,

@@ -127,7 +127,7 @@ class LiveTelemetry:
             self.ttft = stats.ttft
             self.context_used = stats.context_used
             self.speculation = SpeculationState(stats.method, stats.speculation_active, stats.speculation_reason)
-            self._check_reference()
+            self._check_reference(stats.busy_cores is not None)
 
     def reset_chat(self) -> None:
         """A new chat, an opened one or another profile: the chat's counters start again."""
@@ -147,18 +147,19 @@ class LiveTelemetry:
         if not (step.drafted or step.withheld or step.ignored):
             self._plain_steps.append((step.step, step.context_used - 1))
 
-    def _check_reference(self) -> None:
+    def _check_reference(self, busy: bool) -> None:
         """The reply's undrafted steps against the reference: where they disagree beyond the noise (or there is no
         reference), they become it — the rate this machine showed just now, at their depth, the slope kept. A step's
-        time is the wait from the previous step's last token to its own."""
+        time is the wait from the previous step's last token to its own. Steps of a reply that other processes kept
+        waiting (``busy``) are no plain rate of this machine."""
         ends = self._step_ends
         steps = [(ends[n] - ends[n - 1], depth) for n, depth in self._plain_steps
                  if n in ends and n - 1 in ends and ends[n] > ends[n - 1]]
         if steps:  # a server's tokens read in one burst arrive microseconds apart: those gaps time no step
             typical = median(seconds for seconds, _ in steps)
             steps = [(seconds, depth) for seconds, depth in steps if seconds >= 0.25 * typical]
-        if len(steps) < CHECK_STEPS or self.busy_machine:
-            return  # (steps decoded with fewer threads beside a busy neighbour are no machine's plain rate)
+        if len(steps) < CHECK_STEPS or busy or self.busy_machine:
+            return
         seen = 1.0 / median(seconds for seconds, _ in steps)
         depth = round(sum(d for _, d in steps) / len(steps))
         old = self.reference

@@ -61,15 +61,16 @@ _busy: dict[tuple[Path, str], tuple[object, float]] = {}
 _probed: set[tuple[Path, str]] = set()  # kept curves this process has probed already
 
 
-def watched(measure: Callable[[], T]) -> tuple[T, float | None]:
-    """``measure()`` and how many cores other processes kept busy meanwhile (None where that cannot be known). The
-    kernel counts CPU time in ticks (10 ms): a window shorter than ``MIN_WINDOW_S`` is waited out to that length, so
-    that a probe of a few tens of milliseconds is judged on more than a tick or two."""
-    before = cpu_sample()
+def watched(measure: Callable[[], T], ours: tuple[int, ...] = ()) -> tuple[T, float | None]:
+    """``measure()`` and how many cores other processes kept busy meanwhile (None where that cannot be known); the
+    pids in ``ours`` (a server that decodes for us) are not others. The kernel counts CPU time in ticks (10 ms): a
+    window shorter than ``MIN_WINDOW_S`` is waited out to that length, so that a probe of a few tens of milliseconds
+    is judged on more than a tick or two."""
+    before = cpu_sample(ours)
     result = measure()
     if before is not None:
         time.sleep(max(0.0, before.when + MIN_WINDOW_S - time.monotonic()))
-    after = cpu_sample()
+    after = cpu_sample(ours)
     return result, others_cores(before, after) if before is not None and after is not None else None
 
 

@@ -64,6 +64,9 @@ class StoredReply:
     target_id: str | None = None  # that target's identity (``llama.model_identity``)
 
 
+StoredChats = Callable[[], Iterable[StoredReply]]  # reads the stored replies anew each time it is called
+
+
 @dataclass
 class History:
     """The engine's index over earlier chats, shared by every configuration of one target (as the n-gram drafter's
@@ -310,7 +313,7 @@ def documents_of(replies: Iterable[StoredReply], target_id: str, template: ChatT
     return documents
 
 
-def cached_documents(read: Callable[[], Iterable[StoredReply]], vocab: Model, target_id: str, template: ChatTemplate,
+def cached_documents(read: StoredChats, vocab: Model, target_id: str, template: ChatTemplate,
                      cache_path: Path, between: Callable[[], None]) -> list[tuple[Origin, list[int]]]:
     """Every stored reply ``read`` yields as the tokens it is indexed by (``documents_of``), tokenized with ``vocab`` —
     freed here — where the token cache at ``cache_path`` does not hold them; the cache is then saved with only what
@@ -338,7 +341,7 @@ class HistoryBuilder:
     against 217 (benchmarks/history_index.py). A reply that starts mid-build waits at most for one reply's tokens or
     one pass of the sort to finish."""
 
-    def __init__(self, history: History, read: Callable[[], Iterable[StoredReply]], model_path: Path,
+    def __init__(self, history: History, read: StoredChats, model_path: Path,
                  target_id: str, template: ChatTemplate, cache: Path, idle: threading.Event) -> None:
         """Loads the target's vocabulary here, on the caller's thread (llama.cpp's load keeps its errors in one
         process-wide list: a second thread loading beside the engine's could mix them up); the thread frees it."""
@@ -354,7 +357,7 @@ class HistoryBuilder:
                                         args=(history, read, vocab, target_id, template, cache))
         self._thread.start()
 
-    def _build(self, history: History, read: Callable[[], Iterable[StoredReply]], vocab: Model, target_id: str,
+    def _build(self, history: History, read: StoredChats, vocab: Model, target_id: str,
                template: ChatTemplate, cache_path: Path) -> None:
         lowest_priority()
         try:
