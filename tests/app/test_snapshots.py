@@ -91,6 +91,16 @@ async def picker_settled(pilot) -> None:
     await pilot.pause()
 
 
+@pytest.fixture
+def server_found(llama_server, monkeypatch) -> None:
+    """The picker shows each profile's memory plan, and a llama-server profile's depends on the server found (its
+    build: CPU-only here): the tests' own, whatever this machine's user cache holds or the test order built."""
+    from specchat.backends.server_build import ENV
+
+    monkeypatch.setenv(ENV, str(llama_server))
+
+
+@pytest.mark.usefixtures("server_found")
 def test_profile_picker(snap_compare, tmp_path):
     assert snap_compare(snapshot_app(tmp_path), terminal_size=WIDE, run_before=picker_settled)
 
@@ -327,6 +337,7 @@ async def picker_over_tiny(pilot) -> None:
 
 
 @pytest.mark.parametrize("size", SIZES)
+@pytest.mark.usefixtures("server_found")
 def test_profile_picker_marks_the_profile_in_use(snap_compare, tmp_path, size):
     assert snap_compare(snapshot_app(tmp_path), terminal_size=SIZES[size], run_before=picker_over_tiny)
 

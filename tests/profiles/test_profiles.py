@@ -243,12 +243,15 @@ def test_a_thread_change_prices_steps_for_the_new_count(make_engine, tmp_path):
     import json
 
     from specchat import paths
+    from specchat.engine.draft_length import costs
 
     engine = make_engine("ngram", n_max=4)
     config = dataclasses.replace(engine.config, target=dataclasses.replace(engine.config.target, threads=1))
     assert engine.config.target.threads != 1 and engine.apply(config) == "parameters"
     assert engine.plain_reference(tokens=8) is not None
-    keys = json.loads(paths.verify_costs_file().read_text())
+    kept = paths.verify_costs_file()
+    # Kept in the user cache, or for this process only where other processes kept the cores busy meanwhile (#47).
+    keys = [*(json.loads(kept.read_text()) if kept.is_file() else {}), *costs.busy_timings()]
     assert any("threads=1|" in k and k.endswith("depth slope") for k in keys), sorted(keys)
 
 

@@ -264,7 +264,8 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
         facts = self.controller.facts
         pid = facts.pid if facts else None
         self.memory_snapshot = MemorySnapshot(*self.settings.memory(pid), dict(facts.model_bytes) if facts else {},
-                                              "this process" if pid is None else f"server pid {pid}")
+                                              "this process" if pid is None else f"server pid {pid}",
+                                              bool(facts and facts.cpu_only))
 
     # -- storage -----------------------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from textual.widgets.option_list import Option
 
 from ..errors import SpecchatError
 from ..profiles import Profile, available_profiles, load_profile
+from ..profiles.plan import plan
 from ..profiles.presence import absent_models
 from ..chats.ab import ABResult
 from .keymap import ALL_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS
@@ -87,13 +88,16 @@ class ProfileScreen(_Modal):
             except SpecchatError as exc:
                 self.profiles.append((name, None, f"invalid: {exc}"))
         self.absent: dict[str, str] | None = None  # name → what of its models is missing; None while looking
+        self.plans: dict[str, tuple[str, bool]] = {}  # name → its memory plan in a line, and whether it warns
         self.drafts_listed = False
         self.wanted = ""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="profiles", classes="dialog"):
             yield Label("Profiles (● in use) — type to filter, Enter switches; only what changed reloads")
-            yield Input(placeholder="filter: a name, a method, a backend", id="profile-filter")
+            search = Input(placeholder="filter: a name, a method, a backend", id="profile-filter")
+            search.cursor_blink = False  # as the prompt's: a steady cursor (a blink is a frame, and a snapshot's coin)
+            yield search
             yield OptionList(*self._profile_options(), id="profile-list")
             yield Label("Drafts for the current target")
             yield OptionList(Option(Text("looking through your model folders…", style="dim"), disabled=True),
@@ -132,6 +136,9 @@ class ProfileScreen(_Modal):
                                                 (f"{backend:<13}", "cyan"), (profile.description, "dim")))
                 if problem:
                     label.append(f"  ✗ {problem}", style="red")
+                if name in self.plans:  # where it would run, against the GPU and the build that are here
+                    line, warns = self.plans[name]
+                    label.append(f"\n    {line}", style="#ffaf00" if warns else "dim")
             options.append(Option(label, id=f"profile:{name}", disabled=bool(problem)))
         return options or [Option(Text(f"no profile matches {self.wanted!r}", style="dim"), disabled=True)]
 
@@ -177,12 +184,23 @@ class ProfileScreen(_Modal):
 
     @work(thread=True, exclusive=True, group="models")
     def _check_models(self) -> None:
-        """Whether each profile's models are here: a look through the model folders, never on the UI thread."""
+        """Whether each profile's models are here, and its memory plan: a look through the model folders and GGUF
+        headers, never on the UI thread."""
         absent = {name: absent_models(profile) for name, profile, _ in self.profiles if profile is not None}
-        self.app.call_from_thread(self._models_checked, absent)
+        plans = {}
+        for name, profile, _ in self.profiles:
+            if profile is None:
+                continue
+            try:
+                memory = plan(profile)
+            except SpecchatError:  # a file that cannot be read: the model check above names it
+                continue
+            warns = bool(memory.build_note) or memory.report.uses_gpu and memory.report.vram_left < 0
+            plans[name] = (memory.summary(), warns)
+        self.app.call_from_thread(self._models_checked, absent, plans)
 
-    def _models_checked(self, absent: dict[str, str]) -> None:
-        self.absent = absent
+    def _models_checked(self, absent: dict[str, str], plans: dict[str, tuple[str, bool]]) -> None:
+        self.absent, self.plans = absent, plans
         self._show_profiles()
 
     def on_mount(self) -> None:

@@ -32,6 +32,11 @@ class Backend(Protocol):
         """What the configuration does differently from what it says, one line each."""
 
     @property
+    def cpu_only(self) -> str:
+        """GPU layers asked for that this backend's llama.cpp build runs on the CPU: the line that says so and names
+        the fix (``offload.cpu_only_warning``); "" otherwise. One of ``notes`` too."""
+
+    @property
     def n_max(self) -> int:
         """The draft length in use (0 without speculation)."""
 

@@ -40,9 +40,10 @@ from .run_config import RunConfig
 from .held_tokens import PieceIndex
 from .kinds import BackendKind
 from .lookup_cache import LookupCacheBuilder, cache_args
+from .offload import asked_gpu_layers, cpu_only_warning
 from .openai_chat import spec_counters
 from .server_api import BY_NAME, CompletionApi, Link, ServerApi, Turn, detect
-from .server_build import find_server
+from .server_build import find_server, server_build_info
 from .run_folder import run_folder
 from .server_process import ServerProcess
 
@@ -56,6 +57,12 @@ BATCH = 512
 def uses_draft_model(kind: str) -> bool:
     """Whether a spec type (or a comma-separated list of them) loads a separate draft model."""
     return any(name in DRAFT_MODEL_TYPES for name in kind.split(","))
+
+
+def loads_draft(config: RunConfig) -> bool:
+    """Whether the server loads a second GGUF: a draft model, or the assistant of an MTP target (Gemma 4's)."""
+    kind = spec_type(config)
+    return config.draft is not None and (uses_draft_model(kind) or kind == "draft-mtp")
 
 
 def spec_type(config: RunConfig) -> str:
@@ -85,9 +92,9 @@ def server_args(config: RunConfig) -> list[str]:
             # The in-process engine's batches (512 tokens); and a request dropped mid-prompt (Esc) stops within one
             # of them, where llama-server's default of 2048 kept the server busy with the rest of the prompt.
             "-b", str(BATCH), "-ub", str(BATCH)]
-    if uses_draft_model(kind):
-        if config.draft is None:
-            raise ConfigError(f"spec type {kind} needs a draft model — set [draft] model in the profile")
+    if uses_draft_model(kind) and config.draft is None:
+        raise ConfigError(f"spec type {kind} needs a draft model — set [draft] model in the profile")
+    if loads_draft(config):
         args += ["-md", str(config.draft.path), "-td", str(config.draft.threads), "-ngld", str(config.draft.n_gpu_layers)]
     if kind != "none" and isinstance(spec.n_max, int):
         args += ["--spec-draft-n-max", str(spec.n_max), "--spec-draft-n-min", str(spec.n_min),
@@ -214,7 +221,16 @@ class LlamaServerBackend:
         if self.config.spec.adaptive and spec_type(self.config) != "none":
             notes.append("n_max = \"auto\" is specchat's own cost model; llama-server drafts its default length"
                          f" ({SERVER_DEFAULT_N_MAX}) instead")
+        notes += [self.cpu_only] if self.cpu_only else []
         return notes + ([self.api.note] if self.api.note else [])
+
+    @property
+    def cpu_only(self) -> str:
+        """A server specchat starts is its own build: a CPU one runs GPU layers on the CPU without a word. (A remote
+        server's build is not this machine's to judge.)"""
+        if self.process is None:
+            return ""
+        return cpu_only_warning(asked_gpu_layers(self.config), server_build_info(self.process.binary))
 
     @property
     def n_max(self) -> int:
@@ -492,7 +508,7 @@ class LlamaServerBackend:
         if self.process is None:
             return {}
         files = {"target": self.config.target.path}
-        if self.config.draft is not None and uses_draft_model(spec_type(self.config)):
+        if loads_draft(self.config):
             files["draft"] = self.config.draft.path
         return files
 

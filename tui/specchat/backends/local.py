@@ -16,6 +16,7 @@ from ..engine.reference import PlainReference
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
 from .run_config import RunConfig
 from .kinds import BackendKind
+from .offload import asked_gpu_layers, cpu_only_warning, in_process_build
 
 
 class LocalBackend:
@@ -38,7 +39,11 @@ class LocalBackend:
 
     @property
     def notes(self) -> list[str]:
-        return self.engine.notes
+        return self.engine.notes + ([self.cpu_only] if self.cpu_only else [])
+
+    @property
+    def cpu_only(self) -> str:
+        return cpu_only_warning(asked_gpu_layers(self.config), in_process_build())
 
     @property
     def n_max(self) -> int:

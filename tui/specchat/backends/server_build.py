@@ -3,12 +3,17 @@
 The binary is the profile's ``[backend] binary``, else ``$SPECCHAT_LLAMA_SERVER``, else ``llama-server`` on PATH, else
 the one ``specchat server build`` made in the user cache dir. The build downloads the source distribution of the
 pinned llama-cpp-python from PyPI and compiles the llama.cpp vendored in it (about 6 minutes on 2 cores): the server
-then computes exactly what the in-process engine computes, so greedy output through it is specchat's own.
+then computes exactly what the in-process engine computes, so greedy output through it is specchat's own. It builds
+for the GPU that is there — CUDA where ``nvcc`` is, Vulkan where ``glslc`` and its headers are, Metal on macOS — or
+for the one named (``--backend``), and says which in ``build.json`` beside the binaries.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,9 +26,16 @@ import llama_cpp
 
 from .. import paths
 from ..errors import ConfigError
+from ..telemetry.memory import GpuMemory, gpu_memory
+from .offload import LlamaBuild
 
 ENV = "SPECCHAT_LLAMA_SERVER"
 TARGETS = ("llama-server", "llama-bench", "llama-speculative-simple")
+# llama.cpp's CMake option for each GPU backend (its docs/build.md); the CPU backend is always built.
+BACKENDS: dict[str, tuple[str, ...]] = {"cpu": (), "cuda": ("-DGGML_CUDA=ON",), "vulkan": ("-DGGML_VULKAN=ON",),
+                                        "metal": ("-DGGML_METAL=ON",)}
+VULKAN_HEADER = Path("/usr/include/vulkan/vulkan.h")
+RECORD = "build.json"  # beside the binaries: the backend and CMake options they were built with
 
 
 def built_dir() -> Path:
@@ -53,12 +65,53 @@ def _usable(path: Path, origin: str) -> Path:
     return path
 
 
-def build(jobs: int = 2, progress: Callable[[str], None] = print, out: Path | None = None) -> Path:
-    """Build llama.cpp's tools from the pinned llama-cpp-python's sources into ``out`` (default: the user cache);
-    returns that folder."""
+def nvcc() -> str | None:
+    """CUDA's compiler, on PATH or where the CUDA toolkit installs it."""
+    return shutil.which("nvcc") or next((str(p) for p in (Path("/usr/local/cuda/bin/nvcc"),) if p.is_file()), None)
+
+
+def detected_backend() -> tuple[str, str]:
+    """The GPU backend this machine can build and run, and what showed it. A CUDA toolkit without an NVIDIA driver (a
+    build box, this project's CI) would compile for half an hour a server that cannot start here: that is CPU, said
+    so, and ``--backend cuda`` builds it anyway."""
+    if sys.platform == "darwin":
+        return "metal", "macOS (Metal)"
+    compiler = nvcc()
+    if compiler:
+        gpu = gpu_memory()
+        if isinstance(gpu, GpuMemory):
+            return "cuda", f"the CUDA compiler at {compiler} and the {gpu.name}"
+        return "cpu", (f"the CUDA compiler at {compiler}, but {gpu.reason}: a CUDA server could not run here"
+                       " (--backend cuda builds one anyway)")
+    if shutil.which("glslc") and VULKAN_HEADER.is_file():
+        return "vulkan", f"glslc and {VULKAN_HEADER}"
+    return "cpu", "no CUDA compiler (nvcc), no glslc with Vulkan headers, not macOS"
+
+
+def cmake_configure(source: Path, build_dir: Path, backend: str) -> list[str]:
+    """The CMake configure command for ``backend`` (one of ``BACKENDS``)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r} — choose one of {', '.join(BACKENDS)}")
+    return ["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF",
+            "-DLLAMA_BUILD_TESTS=OFF", "-DBUILD_SHARED_LIBS=OFF", *BACKENDS[backend]]
+
+
+def built_backend(folder: Path | None = None) -> str | None:
+    """The backend the binaries in ``folder`` (default: the user cache's) were built with, where it was recorded."""
+    try:
+        return json.loads(((folder or built_dir()) / RECORD).read_text(encoding="utf-8")).get("backend")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def build(jobs: int | None = None, progress: Callable[[str], None] = print, out: Path | None = None,
+          backend: str = "cpu") -> Path:
+    """Build llama.cpp's tools for ``backend`` from the pinned llama-cpp-python's sources into ``out`` (default: the
+    user cache), with ``jobs`` compile jobs (default: one per core); returns that folder."""
     if not shutil.which("cmake"):
         raise ConfigError("cmake is not installed — install it (e.g. apt install cmake), then run this again")
     out = out or built_dir()
+    jobs = jobs or os.cpu_count() or 2
     version = llama_cpp.__version__
     with tempfile.TemporaryDirectory(prefix="specchat-build-") as tmp:
         work = Path(tmp)
@@ -70,15 +123,40 @@ def build(jobs: int = 2, progress: Callable[[str], None] = print, out: Path | No
         extract(next(work.glob("llama_cpp_python-*.tar.gz")), work)
         source = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
         build_dir = work / "build"
-        progress("configuring llama.cpp…")
-        _run(["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF",
-              "-DLLAMA_BUILD_TESTS=OFF", "-DBUILD_SHARED_LIBS=OFF"], "cmake configure")
-        progress(f"compiling {', '.join(TARGETS)} with {jobs} jobs (about 6 minutes on 2 cores)…")
+        configure = cmake_configure(source, build_dir, backend)
+        progress(f"configuring llama.cpp for {backend}…")
+        _run(configure, "cmake configure")
+        progress(f"compiling {', '.join(TARGETS)} with {jobs} jobs (about 6 minutes on 2 cores for the CPU)…")
         _run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *TARGETS], "cmake build")
         out.mkdir(parents=True, exist_ok=True)
         for target in TARGETS:
             shutil.copy2(build_dir / "bin" / target, out / target)
+        (out / RECORD).write_text(json.dumps({"backend": backend, "cmake": configure[7:]}), encoding="utf-8")
     return out
+
+
+def server_build_info(binary: Path) -> LlamaBuild:
+    """What a llama-server binary offloads to: the devices it lists (``--list-devices``: none on a CPU build, or on a
+    GPU build without its driver), and the backend ``specchat server build`` recorded beside it. Asked once per
+    binary as it is on disk."""
+    stat = binary.stat()
+    return _build_info(binary, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _build_info(binary: Path, _mtime_ns: int, _size: int) -> LlamaBuild:
+    recorded = built_backend(binary.parent)
+    try:
+        result = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True, timeout=60)
+        listed = result.stdout + result.stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        listed = ""
+        recorded = recorded or f"unknown ({exc})"
+    devices = tuple(re.findall(r"^\s+(\w+\d*: .+)$", listed.split("Available devices:", 1)[-1], re.M))
+    devices = tuple(d for d in devices if d.strip() != "(none)")
+    backends = tuple(dict.fromkeys([re.sub(r"\d+$", "", d.split(":", 1)[0]) for d in devices] + ["CPU"]))
+    what = f"llama-server at {binary}" + (f" (built for {recorded})" if recorded else "")
+    return LlamaBuild(what, bool(devices), backends, devices, server=True)
 
 
 def extract(archive: Path, into: Path) -> None:

@@ -60,6 +60,7 @@ class BackendFacts:
     rejected_tails: bool
     model_bytes: dict[str, int]
     sampled: bool  # the profile samples (a temperature above 0): a reference taken from its replies is sampled too
+    cpu_only: str  # GPU layers asked for that a CPU-only build runs on the CPU (``Backend.cpu_only``), "" otherwise
 
     @staticmethod
     def of(backend: Backend) -> BackendFacts:
@@ -68,7 +69,7 @@ class BackendFacts:
         return BackendFacts(backend.where, backend.pid, spec.method, backend.speculation_state(), backend.n_max,
                             adaptive, tuple(backend.notes), backend.rejected_tails,
                             {role: path.stat().st_size for role, path in backend.model_files().items()},
-                            not backend.config.sampling.greedy)
+                            not backend.config.sampling.greedy, backend.cpu_only)
 
 
 @dataclass(frozen=True)

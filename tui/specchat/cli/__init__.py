@@ -8,10 +8,10 @@ import sys
 
 from .. import __version__
 from ..errors import SpecchatError
-from . import ask, bench, chat, chats, profiles, repl, replay, server
+from . import ask, bench, chat, chats, doctor, profiles, repl, replay, server
 
 COMMANDS = {"ask": ask, "chat": chat, "repl": repl, "replay": replay, "chats": chats, "profiles": profiles, "bench": bench,
-            "server": server}
+            "server": server, "doctor": doctor}
 DEFAULT_COMMAND = "chat"
 
 

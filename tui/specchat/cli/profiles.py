@@ -10,7 +10,6 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 
 from ..engine.compat import check_pair
-from ..engine.gguf_header import read_metadata
 from ..errors import ConfigError, ModelError
 from ..figures import DASH
 from ..profiles import (
@@ -25,7 +24,7 @@ from ..profiles import (
     user_dir,
 )
 from ..profiles.drafts import draft_candidates
-from ..profiles.fit import DEFAULT_MARGIN_GB, GB, FitReport, Footprint, gpu_share, kv_cache_bytes
+from ..profiles.fit import DEFAULT_MARGIN_GB, GB
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,8 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     show.add_argument("name")
     check = verbs.add_parser("check", help="draft compatibility and memory fit, without loading weights")
     check.add_argument("name")
-    check.add_argument("--vram-gb", type=float, default=12.0, help="GPU memory to fit in (default 12)")
-    check.add_argument("--ram-gb", type=float, default=16.0, help="system memory (default 16)")
+    check.add_argument("--vram-gb", type=float, default=None,
+                       help="GPU memory to fit in (default: what NVML says is free; the seeds' 12 GB without a GPU)")
+    check.add_argument("--ram-gb", type=float, default=None, help="system memory (default: this machine's)")
     check.add_argument("--margin-gb", type=float, default=DEFAULT_MARGIN_GB, help="runtime margin (default 2)")
     setter = verbs.add_parser("set", help="change one key, keeping the file's comments")
     setter.add_argument("name")
@@ -110,47 +110,25 @@ def cmd_show(args: argparse.Namespace) -> int:
 # -- check ------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Model:
-    role: str
-    located: models.Located
-    meta: dict | None
-
-
-def _footprint(m: _Model, profile: Profile) -> Footprint:
-    n_ctx, layers = profile.n_ctx, profile.n_gpu_layers(m.role)
-    if m.meta is None:
-        expected = profile.expected_size_gb(m.role)
-        note = "file absent" + (", size from expected_size_gb" if expected else "")
-        share = gpu_share(layers, None)
-        return Footprint(m.role, m.located.reference, expected * GB if expected else None, None, share, note)
-    arch = m.meta.get("general.architecture")
-    n_layer = m.meta.get(f"{arch}.block_count")
-    kv = float(kv_cache_bytes(m.meta, n_ctx, profile.kv_cache if m.role == "target" else "f16"))
-    return Footprint(m.role, m.located.path.name, float(m.meta["gguf.file_size"]), kv, gpu_share(layers, n_layer))
-
-
 def cmd_check(args: argparse.Namespace) -> int:
+    from ..profiles.plan import plan, planned_models
+
     profile = load_profile(args.name)
     method = profile.method
     failed = False
-    pair: list[_Model] = []
-    for role in ("target", "draft"):
-        if role == "draft" and not profile.uses_draft_model and method != "mtp":
-            continue
-        located = _located(profile.model(role), profile)
-        if located is None:
-            continue
-        meta = read_metadata(located.path) if located.path else None
-        pair.append(_Model(role, located, meta))
-        if located.path is None:
-            print(f"! {located.missing_message(role)}")
+    pair = planned_models(profile)
+    for m in pair:
+        if m.located.path is None:
+            print(f"! {m.located.missing_message(m.role)}")
     print(f"profile {profile.name}: method {method}, n_ctx {profile.n_ctx}")
 
     print("\n1. Draft compatibility (llama.cpp's rule, read by llama.cpp without loading weights)")
-    if not profile.uses_draft_model:
-        print(f"   not applicable: method {method} uses no separate draft model" if method != "mtp" else
-              "   not applicable: MTP heads live inside the target (llama-server --spec-type draft-mtp runs them)")
+    if method == "mtp":
+        drafter = _mtp_drafter(profile, pair)
+        print("   " + drafter)
+        failed |= drafter.startswith("✗")
+    elif not profile.uses_draft_model:
+        print(f"   not applicable: method {method} uses no separate draft model")
     elif len(pair) == 2 and all(m.located.path for m in pair):
         problems = check_pair(pair[0].located.path, pair[1].located.path)
         if problems:
@@ -162,23 +140,51 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print("   ? cannot check: a model file is absent")
 
-    report = FitReport([_footprint(m, profile) for m in pair], args.vram_gb * GB, args.ram_gb * GB,
-                       args.margin_gb * GB)
-    print(f"\n2. Memory fit ({args.vram_gb:g} GB VRAM, {args.ram_gb:g} GB RAM, KV cache f16)")
+    memory = plan(profile, args.vram_gb, args.ram_gb, args.margin_gb)
+    report = memory.report
+    print(f"\n2. Memory fit ({memory.vram_source}; {report.ram / GB:.0f} GB RAM; KV cache {profile.kv_cache})")
+    if memory.build is not None:
+        print(f"   build: {memory.build.described}")
+    if memory.build_note:
+        print(f"   ! {memory.build_note}")
     rows = [["model", "role", "weights", f"KV @ {profile.n_ctx}", "on GPU", "note"]]
     for m in report.models:
         rows.append([m.name, m.role, _gb(m.weights), _gb(m.kv), f"{m.share:.0%}", m.note])
-    rows.append(["runtime margin", "", _gb(report.margin), "", "", "CUDA context, compute buffers"])
+    rows.append(["runtime margin", "", _gb(report.margin), "", "", "CUDA context, compute buffers, headroom"])
     if report.uses_gpu:
         rows.append(["needed on GPU", "", _gb(report.on_gpu + report.margin), "", "", ""])
         rows.append(["VRAM left", "", _gb(report.vram_left), "", "", ""])
     else:
-        rows.append(["needed in RAM", "", _gb(report.on_cpu + report.margin), "", "", "CPU only: n_gpu_layers = 0"])
+        why = "CPU-only build" if memory.build_note else "CPU only: n_gpu_layers = 0"
+        rows.append(["needed in RAM", "", _gb(report.on_cpu + report.margin), "", "", why])
     print("   " + _table(rows).replace("\n", "\n   "))
     for verdict in report.verdicts():
         print(f"   → {verdict}")
         failed |= verdict.startswith(("does not fit", "RISK"))
+    if memory.offloaded is not None:  # the plan once the build is fixed: the layers asked for on this GPU
+        for verdict in memory.offloaded.verdicts():
+            if "VRAM" in verdict:
+                print(f"   → with a GPU build: {verdict}")
+    for change in memory.changes:
+        print(f"     · {change}")
     return 1 if failed else 0
+
+
+def _mtp_drafter(profile: Profile, pair: list) -> str:
+    """What drafts for an MTP profile: the target's own heads, or its assistant GGUF (named, or found beside it)."""
+    from ..profiles.assistant import has_mtp_heads
+
+    target = pair[0] if pair and pair[0].role == "target" else None
+    if target is None or target.meta is None:
+        return "? cannot check: the target file is absent"
+    if has_mtp_heads(target.meta):
+        return "✓ MTP heads inside the target draft (llama-server --spec-type draft-mtp)"
+    assistant = next((m for m in pair if m.role == "draft" and m.located.path), None)
+    if assistant is not None:
+        return f"✓ the assistant {assistant.located.path} drafts (llama-server --spec-type draft-mtp -md)"
+    arch = target.meta.get("general.architecture", "?")
+    return (f"✗ {target.located.path.name} has no MTP heads of its own and no assistant ({arch}_assistant) was found"
+            " beside it or in an MTP/ folder — download its assistant or name it as [draft] model")
 
 
 # -- set ------------------------------------------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""``specchat server build``: llama.cpp's server, built from the same sources as the in-process engine."""
+"""``specchat server build`` and ``which``: llama.cpp's server, built from the same sources as the in-process engine,
+for the GPU that is there."""
 
 from __future__ import annotations
 
 import argparse
 import os
+
+BACKEND_CHOICES = ("auto", "cpu", "cuda", "vulkan", "metal")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -12,19 +15,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     build = verbs.add_parser("build", help="build llama-server from the pinned llama-cpp-python's llama.cpp (~6 min)")
     build.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="compile jobs (default: one per core)")
     build.add_argument("--force", action="store_true", help="build again even when the pinned version is built")
-    verbs.add_parser("which", help="the llama-server binary specchat would run")
+    build.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
+                       help="what to offload to (default auto: CUDA where nvcc and an NVIDIA driver are, Vulkan"
+                            " where glslc and its headers are, Metal on macOS, else the CPU)")
+    verbs.add_parser("which", help="the llama-server binary specchat would run, and what it offloads to")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..backends.server_build import TARGETS, build, built_dir, find_server
+    from ..backends.server_build import TARGETS, build, built_backend, built_dir, detected_backend, find_server, \
+        server_build_info
 
-    if args.verb == "build":
-        if not args.force and all((built_dir() / target).is_file() for target in TARGETS):
-            print(f"llama-server, llama-bench and llama-speculative-simple are built already in {built_dir()}"
-                  " — `specchat server build --force` builds them again")
-            return 0
-        folder = build(jobs=args.jobs)
-        print(f"built llama-server, llama-bench and llama-speculative-simple into {folder}")
-    else:
-        print(find_server())
+    if args.verb == "which":
+        binary = find_server()
+        print(binary)
+        print(server_build_info(binary).described)
+        return 0
+    backend, why = detected_backend() if args.backend == "auto" else (args.backend, "asked for")
+    have = built_backend() or "cpu"  # builds before the record were all for the CPU
+    if not args.force and have == backend and all((built_dir() / target).is_file() for target in TARGETS):
+        print(f"llama-server, llama-bench and llama-speculative-simple are built for {backend} already in"
+              f" {built_dir()} — `specchat server build --force` builds them again")
+        return 0
+    print(f"building for {backend}: {why}")
+    folder = build(jobs=args.jobs, backend=backend)
+    print(f"built llama-server, llama-bench and llama-speculative-simple for {backend} into {folder}")
     return 0

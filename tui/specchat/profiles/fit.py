@@ -1,8 +1,11 @@
 """Will a target/draft pair fit? The seeds' rule of thumb, from GGUF headers alone.
 
 needed = weights of both models + KV cache of each for n_ctx + a runtime margin (CUDA context, compute buffers).
-Weights are the file sizes; the KV cache is 2 (K and V) × layers × KV heads × head size × n_ctx × bytes per element,
-from the architecture metadata. Layers kept on the CPU (n_gpu_layers) are counted against RAM instead of VRAM.
+Weights are the file sizes; the KV cache is 2 (K and V) × layers × KV heads × head size × cells × bytes per element,
+from the architecture metadata, as llama.cpp allocates it: cells are n_ctx rounded up to 256, and a sliding-window
+layer (Gemma's) caches only its window where llama-server runs it (``swa_full`` off), every cell in-process
+(llama-cpp-python's default). Layers kept on the CPU (n_gpu_layers) are counted against RAM instead of VRAM. Checked
+against llama.cpp's own logged buffer sizes for both bundled models (tests/profiles/test_memory_plan.py).
 """
 
 from __future__ import annotations
@@ -14,11 +17,39 @@ GB = 1e9
 # Bytes per cached element: q8_0 stores 32 values in 34 bytes. The target's cache type is the profile's [target]
 # kv_cache; a draft's is llama.cpp's default, f16.
 KV_BYTES_PER_ELEMENT = {"q8_0": 34 / 32, "bf16": 2.0, "f16": 2.0}
+# The seeds put 2–4 GB beside the weights for context, KV cache, runtime buffers and headroom. The KV cache is counted
+# here on its own, so the margin is the rest: the CUDA context (0.3–0.6 GB), compute buffers (0.3–1 GB for an 8B
+# target at 512-token batches) and what a desktop keeps on the card — the seeds' low end.
 DEFAULT_MARGIN_GB = 2.0
 RAM_RESERVED_GB = 6.0  # what the OS and a desktop keep for themselves
+KV_CELL_PAD = 256  # llama.cpp rounds a context's cells up to a multiple of this
+UBATCH = 512  # the physical batch both backends run with (engine/llama.py, llama-server -ub)
+# llama.cpp's sliding-window layout for architectures whose files do not carry one (``set_swa_pattern``): of every n
+# layers, the first n-1 slide and the last attends to everything.
+SWA_PATTERNS = {"gemma2": 2, "gemma3": 6}
 
 
-def kv_cache_bytes(meta: dict[str, Any], n_ctx: int, kv_cache: str = "f16") -> int:
+def _padded(cells: int) -> int:
+    return -(-cells // KV_CELL_PAD) * KV_CELL_PAD
+
+
+def sliding_layers(meta: dict[str, Any]) -> list[bool]:
+    """Which layers attend through a sliding window, as llama.cpp reads them: the file's
+    ``attention.sliding_window_pattern`` (a flag a layer, or a period), else the architecture's own pattern."""
+    arch = meta["general.architecture"]
+    n_layer = int(meta[f"{arch}.block_count"])
+    if not meta.get(f"{arch}.attention.sliding_window"):
+        return [False] * n_layer
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern", SWA_PATTERNS.get(arch, 0))
+    if isinstance(pattern, list):
+        return [bool(flag) for flag in pattern[:n_layer]] + [False] * (n_layer - len(pattern))
+    period = int(pattern)
+    return [period == 0 or layer % period < period - 1 for layer in range(n_layer)]
+
+
+def kv_cache_bytes(meta: dict[str, Any], n_ctx: int, kv_cache: str = "f16", *, swa_full: bool = True) -> int:
+    """The KV cache llama.cpp allocates for ``n_ctx`` tokens; ``swa_full`` False: sliding-window layers hold their
+    window and one batch (llama-server's default), True: every cell (llama-cpp-python's)."""
     arch = meta["general.architecture"]
     n_layer = int(meta[f"{arch}.block_count"])
     n_head = meta[f"{arch}.attention.head_count"]
@@ -29,7 +60,12 @@ def kv_cache_bytes(meta: dict[str, Any], n_ctx: int, kv_cache: str = "f16") -> i
     v_len = int(meta.get(f"{arch}.attention.value_length", k_len))
     # Some architectures give KV heads per layer; a layer with 0 KV heads shares another layer's cache.
     per_layer = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
-    return round(sum(int(h) * (k_len + v_len) for h in per_layer) * n_ctx * KV_BYTES_PER_ELEMENT[kv_cache])
+    cells = _padded(n_ctx)
+    window = int(meta.get(f"{arch}.attention.sliding_window") or 0)
+    window_cells = cells if swa_full else min(cells, _padded(window + UBATCH))
+    elements = sum(int(h) * (k_len + v_len) * (window_cells if sliding else cells)
+                   for h, sliding in zip(per_layer, sliding_layers(meta)))
+    return round(elements * KV_BYTES_PER_ELEMENT[kv_cache])
 
 
 def gpu_share(n_gpu_layers: int, n_layer: int | None) -> float:

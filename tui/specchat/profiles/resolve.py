@@ -8,11 +8,13 @@ from typing import Any
 
 from ..backends.run_config import BackendSettings, RunConfig
 from ..backends.kinds import kind_named
+from ..engine.drafters import METHODS
 from ..engine.engine_config import ModelSettings, SpecConfig, default_threads
 from ..engine.repetition import LoopRule
 from ..engine.sampling import SamplingParams
 from ..errors import ConfigError, SpecchatError
 from . import models
+from .assistant import mtp_drafter
 from .schema import SCHEMA, Profile, fits
 
 
@@ -72,6 +74,11 @@ def run_config(profile: Profile, **overrides: Any) -> RunConfig:
             draft_settings = ModelSettings(
                 models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], draft["threads"] or default_threads()
             )
+        elif METHODS[spec.method].assistant and not own_models:  # MTP: the target's heads, or its assistant GGUF
+            named = draft["model"]
+            assistant = models.resolve(named, "draft", base) if named is not None else mtp_drafter(target_path)
+            if assistant is not None:
+                draft_settings = ModelSettings(assistant, draft["n_gpu_layers"], draft["threads"] or default_threads())
         return RunConfig(
             target=target_settings,
             draft=draft_settings,

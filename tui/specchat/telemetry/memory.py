@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def _status_kib(pid: int, field: str) -> int | None:
@@ -57,7 +61,8 @@ class GpuUnavailable:
     reason: str
 
 
-def gpu_memory(device: int = 0, pid: int | None = None) -> GpuMemory | GpuUnavailable:
+def _nvml(read: Callable[[Any], T]) -> T | GpuUnavailable:
+    """``read(pynvml)`` between NVML's init and shutdown, or why NVML cannot answer."""
     try:
         import pynvml
     except ImportError:
@@ -68,18 +73,47 @@ def gpu_memory(device: int = 0, pid: int | None = None) -> GpuMemory | GpuUnavai
         reason = "no NVIDIA driver (NVML library not found)" if isinstance(exc, pynvml.NVMLError_LibraryNotFound) else str(exc)
         return GpuUnavailable(reason)
     try:
-        if pynvml.nvmlDeviceGetCount() <= device:
-            return GpuUnavailable("no NVIDIA GPU found")
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device)
-        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        name = pynvml.nvmlDeviceGetName(handle)
-        wanted = pid or os.getpid()
-        process = None
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if proc.pid == wanted and proc.usedGpuMemory is not None:
-                process = int(proc.usedGpuMemory)
-        return GpuMemory(name.decode() if isinstance(name, bytes) else str(name), int(info.used), int(info.total), process)
+        return read(pynvml)
     except pynvml.NVMLError as exc:
         return GpuUnavailable(f"NVML error: {exc}")
     finally:
         pynvml.nvmlShutdown()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def gpu_memory(device: int = 0, pid: int | None = None) -> GpuMemory | GpuUnavailable:
+    def read(nvml: Any) -> GpuMemory | GpuUnavailable:
+        if nvml.nvmlDeviceGetCount() <= device:
+            return GpuUnavailable("no NVIDIA GPU found")
+        handle = nvml.nvmlDeviceGetHandleByIndex(device)
+        info = nvml.nvmlDeviceGetMemoryInfo(handle)
+        wanted = pid or os.getpid()
+        process = None
+        for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if proc.pid == wanted and proc.usedGpuMemory is not None:
+                process = int(proc.usedGpuMemory)
+        return GpuMemory(_text(nvml.nvmlDeviceGetName(handle)), int(info.used), int(info.total), process)
+
+    return _nvml(read)
+
+
+@dataclass(frozen=True)
+class NvidiaGpus:
+    driver: str
+    gpus: list[GpuMemory]  # every device NVML sees, in its order
+
+
+def nvidia_gpus() -> NvidiaGpus | GpuUnavailable:
+    """Every NVIDIA GPU and the driver's version (``specchat doctor``)."""
+    def read(nvml: Any) -> NvidiaGpus:
+        found = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            info = nvml.nvmlDeviceGetMemoryInfo(handle)
+            found.append(GpuMemory(_text(nvml.nvmlDeviceGetName(handle)), int(info.used), int(info.total), None))
+        return NvidiaGpus(_text(nvml.nvmlSystemGetDriverVersion()), found)
+
+    return _nvml(read)

@@ -28,6 +28,7 @@ class MemorySnapshot:
     rss: int | None
     model_bytes: dict[str, int]  # role → weights size
     whose: str = "this process"  # or the model server's
+    cpu_only: bool = False  # GPU layers were asked for, and the build runs them on the CPU (the notice says the fix)
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,9 @@ def _memory(memory: MemorySnapshot | None) -> Text:
     if memory is not None:
         for role, size in memory.model_bytes.items():
             mem.append(f"{role} weights {mb(size)}\n")
+        if memory.cpu_only:
+            mem.append("⚠ GPU layers asked for run on the CPU: this llama.cpp is a CPU-only build"
+                       " (`specchat doctor` names the fix)\n", style="#ffaf00")
     return mem
 
 

@@ -95,6 +95,7 @@ class Method:
     spec_type: str  # llama.cpp's --spec-type that runs it on a llama-server
     build: Callable[[Parts], Drafter | None] | None = None  # None: no drafter here ("none"; ``server_only`` ones)
     draft_model: bool = False  # loads [draft] model
+    assistant: bool = False  # [draft] model is optional: an assistant GGUF where the target has no heads of its own
     copies: bool = False  # drafts by copying earlier text: "auto" prices its drafts by how far the match reaches
     reads_history: bool = False  # drafts from the user's earlier chats: the engine indexes them (``Parts.history``)
     server_only: str = ""  # why only a llama.cpp server runs it
