@@ -19,7 +19,6 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import Static
 
 from ..chats.ab import ABResult
 from ..chats.controller import ChatController, ControllerViews, Switched

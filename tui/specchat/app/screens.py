@@ -195,8 +195,7 @@ class ProfileScreen(_Modal):
                 memory = plan(profile)
             except SpecchatError:  # a file that cannot be read: the model check above names it
                 continue
-            warns = bool(memory.build_note) or memory.report.uses_gpu and memory.report.vram_left < 0
-            plans[name] = (memory.summary(), warns)
+            plans[name] = (memory.summary(), memory.warns)
         self.app.call_from_thread(self._models_checked, absent, plans)
 
     def _models_checked(self, absent: dict[str, str], plans: dict[str, tuple[str, bool]]) -> None:

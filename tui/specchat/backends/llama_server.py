@@ -221,7 +221,8 @@ class LlamaServerBackend:
         if self.config.spec.adaptive and spec_type(self.config) != "none":
             notes.append("n_max = \"auto\" is specchat's own cost model; llama-server drafts its default length"
                          f" ({SERVER_DEFAULT_N_MAX}) instead")
-        notes += [self.cpu_only] if self.cpu_only else []
+        offload = self.cpu_only  # (asks NVML which fix to name: once)
+        notes += [offload] if offload else []
         return notes + ([self.api.note] if self.api.note else [])
 
     @property
@@ -317,7 +318,7 @@ class LlamaServerBackend:
     def _plain_again(self) -> Iterator[PlainMeasured]:
         reference = self.plain_reference()
         if reference is not None and reference.busy is None:
-            yield PlainMeasured(1.0 / reference.step_s, reference.depth, None, reference.sampled)
+            yield reference.remeasured()
 
     def _leave_private_chat(self, chat: ChatKey) -> None:
         """A reply in another chat than the private one whose requests the server's n-gram tables hold: the server

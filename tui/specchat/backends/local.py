@@ -39,7 +39,8 @@ class LocalBackend:
 
     @property
     def notes(self) -> list[str]:
-        return self.engine.notes + ([self.cpu_only] if self.cpu_only else [])
+        offload = self.cpu_only  # (asks NVML which fix to name: once)
+        return self.engine.notes + ([offload] if offload else [])
 
     @property
     def cpu_only(self) -> str:

@@ -67,7 +67,8 @@ def _usable(path: Path, origin: str) -> Path:
 
 def nvcc() -> str | None:
     """CUDA's compiler, on PATH or where the CUDA toolkit installs it."""
-    return shutil.which("nvcc") or next((str(p) for p in (Path("/usr/local/cuda/bin/nvcc"),) if p.is_file()), None)
+    toolkit = Path("/usr/local/cuda/bin/nvcc")
+    return shutil.which("nvcc") or (str(toolkit) if toolkit.is_file() else None)
 
 
 def detected_backend() -> tuple[str, str]:

@@ -101,7 +101,7 @@ def _profiles() -> Iterator[str]:
         except SpecchatError as exc:
             yield f"  {name}: cannot be read — {exc}"
             continue
-        missing = [m for m in memory.report.models if m.weights is None or m.note.startswith("file absent")]
+        missing = [m for m in memory.models if m.located.path is None]
         absent = f" · {len(missing)} model file(s) absent: `specchat profiles check {name}`" if missing else ""
         yield f"  {name}: {kind.label} · {memory.summary()}{absent}"
         if memory.build_note:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
 
 import tomlkit
 from tomlkit.exceptions import ParseError
@@ -111,12 +110,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..profiles.plan import plan, planned_models
+    from ..profiles.plan import plan
 
     profile = load_profile(args.name)
     method = profile.method
     failed = False
-    pair = planned_models(profile)
+    memory = plan(profile, args.vram_gb, args.ram_gb, args.margin_gb)
+    pair = memory.models
     for m in pair:
         if m.located.path is None:
             print(f"! {m.located.missing_message(m.role)}")
@@ -140,7 +140,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print("   ? cannot check: a model file is absent")
 
-    memory = plan(profile, args.vram_gb, args.ram_gb, args.margin_gb)
     report = memory.report
     print(f"\n2. Memory fit ({memory.vram_source}; {report.ram / GB:.0f} GB RAM; KV cache {profile.kv_cache})")
     if memory.build is not None:
@@ -172,7 +171,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _mtp_drafter(profile: Profile, pair: list) -> str:
     """What drafts for an MTP profile: the target's own heads, or its assistant GGUF (named, or found beside it)."""
-    from ..profiles.assistant import has_mtp_heads
+    from ..profiles.assistant import has_mtp_heads, no_drafter
 
     target = pair[0] if pair and pair[0].role == "target" else None
     if target is None or target.meta is None:
@@ -182,9 +181,7 @@ def _mtp_drafter(profile: Profile, pair: list) -> str:
     assistant = next((m for m in pair if m.role == "draft" and m.located.path), None)
     if assistant is not None:
         return f"✓ the assistant {assistant.located.path} drafts (llama-server --spec-type draft-mtp -md)"
-    arch = target.meta.get("general.architecture", "?")
-    return (f"✗ {target.located.path.name} has no MTP heads of its own and no assistant ({arch}_assistant) was found"
-            " beside it or in an MTP/ folder — download its assistant or name it as [draft] model")
+    return f"✗ {no_drafter(target.located.path, target.meta)}"
 
 
 # -- set ------------------------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from .engine_config import DEFAULT_MAX_TOKENS, EngineConfig
 from .conversation import UNSTORED, ChatKey, Forgotten, Message, TokenWindow
 from .cpu import ThreadGovernor
 from .draft_length.costs import quiet, watched
-from .drafters import METHODS, Draft, Drafter
+from .drafters import Draft, Drafter
 from .drafters.history import History, HistoryBuilder, StoredChats
 from .events import (
     Candidate,
@@ -342,8 +342,7 @@ class Engine:
         reference = self.plain_reference()
         if reference is None or reference.busy is not None:
             return None
-        return PlainMeasured(reference.tps_at(reference.depth), reference.depth, reference.per_token_s,
-                             reference.sampled)
+        return reference.remeasured()
 
     def _plain_reference(self, tokens: int) -> PlainReference | None:
         slope = self.speculation.depth_slope()

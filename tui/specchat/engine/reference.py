@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .events import PlainMeasured
+
 PLAIN_RATE_TOKENS = 32  # tokens of the plain run that gives "vs plain" its reference, on every backend
 UNSLOPED_TOLERANCE = 0.25  # without a slope, a reference is used within this share of the depth it was measured at
 UNSLOPED_MARGIN = 64  # ... or this many tokens, whichever is more
@@ -36,6 +38,10 @@ class PlainReference:
         if slope is not None:
             step = max(step - slope * depth, 1e-9)
         return PlainReference(step, slope, depth, sampled, source, busy)
+
+    def remeasured(self) -> PlainMeasured:
+        """The event that puts this reference in the place of one taken beside busy cores (``telemetry.live``)."""
+        return PlainMeasured(self.tps_at(self.depth), self.depth, self.per_token_s, self.sampled)
 
     def tps_at(self, depth: float) -> float | None:
         """Plain tokens/s at ``depth`` tokens of context; None outside what this reference can tell."""

@@ -35,6 +35,14 @@ def find_assistant(target: Path) -> Path | None:
     return None
 
 
+def no_drafter(target: Path, meta: dict) -> str:
+    """The line for an MTP target with neither heads nor an assistant: what is missing and what to do."""
+    arch = meta.get("general.architecture", "?")
+    return (f"{target.name} has no MTP heads of its own ({arch}) and no assistant GGUF ({arch}{ASSISTANT}) was found"
+            " beside it or in an MTP/ folder — download its assistant (LM Studio keeps it in MTP/) or name it as"
+            " [draft] model")
+
+
 def mtp_drafter(target: Path) -> Path | None:
     """What drafts for an MTP target named no assistant: None when its own heads do, else the assistant found beside
     it; one line saying what to do when there is neither."""
@@ -43,8 +51,5 @@ def mtp_drafter(target: Path) -> Path | None:
         return None
     found = find_assistant(target)
     if found is None:
-        arch = meta.get("general.architecture", "?")
-        raise ConfigError(f"{target.name} has no MTP heads of its own ({arch}) and no assistant GGUF"
-                          f" ({arch}{ASSISTANT}) was found beside it or in an MTP/ folder — download its assistant"
-                          " (LM Studio keeps it in MTP/) or name it as [draft] model", ("draft", "model"))
+        raise ConfigError(no_drafter(target, meta), ("draft", "model"))
     return found

@@ -32,6 +32,7 @@ class PlannedModel:
 
 @dataclass(frozen=True)
 class MemoryPlan:
+    models: list[PlannedModel]  # what was planned: the target and draft as found, with their headers
     report: FitReport
     vram_source: str  # where the VRAM figure comes from, said with it
     build: LlamaBuild | None  # None: a remote server's, or one not found
@@ -39,6 +40,11 @@ class MemoryPlan:
     changes: list[str]  # what to change when it does not fit, each with what it saves
     # With a CPU-only build: the plan once the build offloads (the fix applied), for the GPU that is there
     offloaded: FitReport | None = None
+
+    @property
+    def warns(self) -> bool:
+        """GPU layers would run on a CPU-only build, or the GPU plan does not fit."""
+        return bool(self.build_note) or self.report.uses_gpu and self.report.vram_left < 0
 
     def summary(self) -> str:
         """One line for a list of profiles (the F2 picker)."""
@@ -130,9 +136,9 @@ def plan(profile: Profile, vram_gb: float | None = None, ram_gb: float | None = 
     ram = (ram_gb * GB) if ram_gb is not None else ram_bytes()
     report = FitReport([footprint(m, profile, not note) for m in pair], vram, ram, margin_gb * GB)
     if not note:
-        return MemoryPlan(report, source, build, note, changes(report, profile))
+        return MemoryPlan(pair, report, source, build, note, changes(report, profile))
     offloaded = FitReport([footprint(m, profile, True) for m in pair], vram, ram, margin_gb * GB)
-    return MemoryPlan(report, source, build, note, changes(offloaded, profile), offloaded)
+    return MemoryPlan(pair, report, source, build, note, changes(offloaded, profile), offloaded)
 
 
 def changes(report: FitReport, profile: Profile) -> list[str]:
