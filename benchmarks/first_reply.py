@@ -1,7 +1,7 @@
 """Speculation that pays from the first reply: a fresh process against the tenth reply of an old one.
 
 "auto" learns as it drafts (n-gram hazards per match length, the verify costs of this machine) and keeps what it
-learned in the user cache (engine/draft_length/memory.py). Here, with one isolated user cache:
+learned in the user cache (engine/draft_length/learned_store.py). Here, with one isolated user cache:
 
 - an *old* process answers the same prompt ten times, each as a first answer (KV cache and remembered replies
   cleared: only what "auto" learned carries over), each spec reply alternated with a plain one;

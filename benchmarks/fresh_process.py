@@ -1,14 +1,14 @@
 """Each reply a fresh `specchat ask` process: the `ngram` profile's "auto" against plain decoding of the same target.
 
 A newcomer's check (#37's first finding): every reply is its own process, so what "auto" knows comes only from the
-memory it keeps in the user cache (engine/draft_length/memory.py) — learned on whatever that user asked before, copies or
+memory it keeps in the user cache (engine/draft_length/learned_store.py) — learned on whatever that user asked before, copies or
 free text. One isolated user cache (the measured verify sweep copied in, the memory starting from the priors) serves
 every round, so the memory grows as a user's does, and free text follows copies. In each round every task is asked
 twice, alternated and in a rotated order: ``specchat ask --profile ngram --temperature 0 --max-tokens N --json`` and
 the same with ``--method none``. A reply's speed-up is plain decode time over spec decode time, each from the first
 token to the last (process start and prefill apart, and the prefill is the same for both); the outputs must be
 identical. Reported: per round the median over the free tasks and over the copy tasks, per task the median over
-rounds, and for each copy task the replay's oracle for the same reply (``ngram_replay.py``: the best any draft length
+rounds, and for each copy task the replay's oracle for the same reply (``ngram_simulation.py``: the best any draft length
 could do with this drafter, from the same verify sweep), measured after the rounds so it runs beside nothing.
 
 Tasks: the held-out tasks that are one turn (`held_out_tasks.toml`), and Spec-Bench's first turns, ``--per`` per
@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from specchat import paths
-from specchat.bench.spec_bench import Selection, read_questions, select
+from specchat.bench.spec_bench import Selection, read_questions, select, suite_path
 from specchat.bench.tasks import Task, load_tasks
 
 HERE = Path(__file__).parent
@@ -41,7 +41,7 @@ GOAL_FREE, GOAL_COPY = 0.97, 0.85
 
 def tasks_for(args: argparse.Namespace) -> list[Task]:
     held_out = [t for t in load_tasks(HERE / "held_out_tasks.toml")[0] if not t.history]
-    questions, _ = read_questions(paths.spec_bench_questions())
+    questions, _ = read_questions(suite_path())
     chosen = select(questions, Selection(per=args.per, seed=args.seed,
                                          categories=tuple(filter(None, args.categories.split(",")))))
     return [dataclasses.replace(t, max_tokens=args.max_tokens, follow_ups=()) for t in held_out + chosen]
@@ -60,20 +60,22 @@ def ask(task: Task, method: str | None, env: dict[str, str]) -> dict:
 
 
 def oracles(copies: list[Task], profile: str) -> dict[str, float]:
-    """The replay's oracle for each copy task's greedy reply (ngram_replay.py), on the same verify sweep."""
-    sys.path.insert(0, str(HERE))
-    import ngram_replay as nr
+    """The simulation's oracle for each copy task's greedy reply (``bench.simulation.ngram``), on the same verify
+    sweep."""
+    from specchat.bench.simulation.ngram import ORACLE, record, simulate
     from specchat.engine.core import Engine
+    from specchat.engine.draft_length.auto_length import AUTO_K_MAX
+    from specchat.engine.drafters.ngram import NgramDrafter
     from specchat.engine.draft_length.costs import measure_verify_cost, sizes_up_to
     from specchat.profiles import load_profile, run_config
 
     config = dataclasses.replace(run_config(load_profile(profile)), adapt_threads=False)
     engine = Engine(dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")))
     try:
-        replies = nr.record(engine, copies)
-        verify = measure_verify_cost(engine.ctx, max(engine.target.bos, 0), sizes_up_to(nr.AUTO_K_MAX["ngram"] + 1))
-        drafter = nr.NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
-        return {r.task.name: nr.replay(r, nr.ORACLE, verify, engine.speculation.rules, drafter) for r in replies}
+        replies = record(engine, copies)
+        verify = measure_verify_cost(engine.ctx, max(engine.target.bos, 0), sizes_up_to(AUTO_K_MAX["ngram"] + 1))
+        drafter = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
+        return {r.task.name: simulate(r, ORACLE, verify, engine.speculation.rules, drafter) for r in replies}
     finally:
         engine.close()
 

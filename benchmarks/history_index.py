@@ -1,4 +1,4 @@
-"""What drafting from every stored chat costs (method "suffix", ``engine.drafters.history``): reading the replies,
+"""What drafting from every stored chat costs (method "suffix", ``engine.drafters.stored_chats``): reading the replies,
 tokenizing them and building the index at start, its memory, and one draft lookup per verify step beside the plain
 decoding step it rides on — all from one run.
 
@@ -27,18 +27,19 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat import paths
+from specchat.bench.spec_bench import suite_path
 from specchat.chats.recall import stored_replies
-from specchat.chats.store import Store, StoredMessage
+from specchat.chats.store import Store
+from specchat.chats.store_rows import StoredMessage
 from specchat.engine import Engine, EngineConfig, ModelSettings, SpecConfig
-from specchat.engine.drafters.history import HistoryIndex
-from specchat.engine.loop import Rules
+from specchat.engine.drafters.stored_chats import StoredChatsIndex
+from specchat.engine.rules import Rules
 from specchat.engine.sampling import SamplingParams
 from specchat.profiles import embedded
 
 
 def turns() -> list[str]:
-    lines = paths.spec_bench_questions().read_text().splitlines()
+    lines = suite_path().read_text().splitlines()
     return [turn for line in lines for turn in json.loads(line)["turns"]]
 
 
@@ -87,28 +88,28 @@ def main() -> None:
         replies = list(stored_replies(db))
         read_s = time.perf_counter() - t
         t = time.perf_counter()
-        engine.learn_history(lambda: stored_replies(db))
-        engine.wait_for_history()
+        engine.learn_stored_chats(lambda: stored_replies(db))
+        engine.wait_for_stored_chats()
         build_s = time.perf_counter() - t
         # Again, as the next start builds it: the replies' tokens come from the cache the first build wrote.
         t = time.perf_counter()
-        engine.learn_history(lambda: stored_replies(db))
-        engine.wait_for_history()
+        engine.learn_stored_chats(lambda: stored_replies(db))
+        engine.wait_for_stored_chats()
         cached_s = time.perf_counter() - t
         # A reply while the index builds, against one after: what the first reply of a start pays for it.
         beside, alone = [], []
         for _ in range(3):
-            engine.learn_history(lambda: stored_replies(db))
+            engine.learn_stored_chats(lambda: stored_replies(db))
             beside.append(first_reply(engine))
-            engine.wait_for_history()
+            engine.wait_for_stored_chats()
             alone.append(first_reply(engine))
-    index = engine.history.index
-    assert index is not None, engine.history.problem
+    index = engine.stored_chats.index
+    assert index is not None, engine.stored_chats.problem
     t = time.perf_counter()
     documents = [(r.origin, tokenize(r.reply)) for r in replies]
     tokenize_s = time.perf_counter() - t
     t = time.perf_counter()
-    HistoryIndex(documents)
+    StoredChatsIndex(documents)
     sort_s = time.perf_counter() - t
 
     rules = Rules(SamplingParams(), np.random.default_rng(0), np.random.default_rng(1), engine.target)
@@ -121,7 +122,7 @@ def main() -> None:
             seq = rng.choice(sequences)
             end = rng.randint(2, len(seq))
             t = time.perf_counter()
-            draft = engine.history.propose(seq[:end], 16, rules)
+            draft = engine.stored_chats.propose(seq[:end], 16, rules)
             times.append(time.perf_counter() - t)
             drafted += len(draft.tokens)
             matched += draft.match

@@ -47,12 +47,12 @@ def run(profile: str, max_tokens: int, busy_start: int = 0) -> dict[str, float]:
     try:
         loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy_start)]
         try:
-            switched = controller.switch_profile(profile)
+            switched = controller.switcher.switch_profile(profile)
         finally:
             for loop in loops:
                 loop.kill()
                 loop.wait()
-        controller.profile_switched(switched)
+        controller.switcher.profile_switched(switched)
         reference = switched.reference
         exchange = controller.begin(CONTROL)
         events: list[Event] = []

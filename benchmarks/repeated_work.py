@@ -27,7 +27,8 @@ from specchat.backends import open_backend
 from specchat.bench.runners import BackendRunner, PeerError, llama_server_runner
 from specchat.bench.tasks import Task
 from specchat.chats.recall import learn_stored_chats
-from specchat.chats.store import Store, StoredMessage
+from specchat.chats.store import Store
+from specchat.chats.store_rows import StoredMessage
 from specchat.engine.engine_config import without_speculation
 from specchat.errors import SpecchatError
 from specchat.profiles import load_profile, run_config
@@ -76,7 +77,7 @@ def main() -> None:
         stored = store_earlier(db, plain, found, args.max_tokens)
         backend.apply(suffix)  # the index is built for a method that reads it
         learn_stored_chats(backend, db)
-        index = backend.engine.history.index
+        index = backend.engine.stored_chats.index
         print(f"{stored} earlier chats stored; the index holds {index.documents} replies, {index.tokens} tokens")
         for spec_type in filter(None, args.peers.split(",")):
             try:

@@ -31,8 +31,8 @@ def reply(controller: ChatController, text: str) -> tuple[int, int]:
 
 def toggle(controller: ChatController, make: Callable[[], Choice]) -> tuple[float, str]:
     started = perf_counter()
-    switched = controller.switch(make())
-    controller.profile_switched(switched)
+    switched = controller.switcher.switch(make())
+    controller.switcher.profile_switched(switched)
     return perf_counter() - started, switched.action
 
 
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     controller = ChatController(None, "tiny", lambda *_: None, max_tokens=24)
-    controller.profile_switched(controller.switch_profile("tiny"))
+    controller.switcher.profile_switched(controller.switcher.switch_profile("tiny"))
     rows: dict[str, list[tuple[float, str, int, int]]] = {"speculation off/on on tiny (Ctrl+T)": [],
                                                           "tiny <-> ngram (F4)": []}
     try:
@@ -49,7 +49,7 @@ def main() -> None:
         for name, make in (("speculation off/on on tiny (Ctrl+T)", controller.speculation_toggled),
                            ("tiny <-> ngram (F4)", controller.previous_profile)):
             if make == controller.previous_profile:  # something to go back to
-                controller.profile_switched(controller.switch_profile("ngram"))
+                controller.switcher.profile_switched(controller.switcher.switch_profile("ngram"))
             for round_ in range(2 * args.rounds):
                 seconds, action = toggle(controller, make)
                 prefill, prompt = reply(controller, f"Name another colour ({round_ + 1}).")

@@ -67,12 +67,8 @@ async def with_app(profile: str, tokens: int, tmp: Path) -> float:
 
 def in_fresh_process(kind: str, profile: str, tokens: int, tmp: str) -> float:
     """One headless measurement in its own process, as a user session would be."""
-    code = (
-        "import asyncio, sys; from pathlib import Path; sys.path.insert(0, %r); import tui_overhead as t; "
-        "print(t.headless(%r, %d) if %r == 'headless' else asyncio.run(t.with_app(%r, %d, Path(%r))))"
-        % (str(Path(__file__).parent), profile, tokens, kind, profile, tokens, tmp)
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, __file__, "--child", kind, "--profile", profile, "--tokens", str(tokens),
+                          "--folder", tmp], capture_output=True, text=True, check=True).stdout
     return float(out.strip().splitlines()[-1])
 
 
@@ -180,7 +176,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=24)
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--driver", choices=("tmux", "headless"), default="tmux" if shutil.which("tmux") else "headless")
+    parser.add_argument("--child", choices=("headless", "app"), help=argparse.SUPPRESS)  # one measurement, its own process
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(headless(args.profile, args.tokens) if args.child == "headless"
+              else asyncio.run(with_app(args.profile, args.tokens, Path(args.folder))))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         if args.driver == "tmux":
             names = ("specchat ask (tmux)", "app (tmux)")

@@ -20,6 +20,7 @@ from recorded import load  # noqa: E402
 
 from specchat.app.chat_app import SpecchatApp, make_app  # noqa: E402
 from specchat.app.settings import Settings  # noqa: E402
+from specchat.chats.replies import Frame  # noqa: E402
 from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted  # noqa: E402
 
 
@@ -38,7 +39,8 @@ async def measure(n_events: int, batch: int) -> float:
             view = app.last_reply
             start = time.perf_counter()
             for i in range(0, len(events), batch):
-                app.post_message(SpecchatApp.EventsArrived(events[i : i + batch]))
+                part = events[i : i + batch]  # one frame, as Replies.frame hands it up: absorbed, then posted
+                app.post_message(SpecchatApp.FrameArrived(Frame(part, app.controller.absorb(part), None, False)))
                 await pilot.pause()  # let the UI process and render this batch before the next arrives
             elapsed = time.perf_counter() - start
             assert len(view.segments) == sum(isinstance(e, TokenEmitted) for e in events)

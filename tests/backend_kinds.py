@@ -14,8 +14,8 @@ from pathlib import Path
 from helpers import THREADS
 from specchat.backends import open_backend
 from specchat.backends.run_config import BackendSettings, RunConfig
-from specchat.backends.kinds import kind_named
-from specchat.backends.llama_server import server_args
+from specchat.backends.run_config import kind_named
+from specchat.backends.server_flags import server_args
 from specchat.backends.server_process import ServerProcess
 from specchat.engine import Message, ModelSettings, SpecConfig
 from specchat.engine.events import Event, TokenEmitted
@@ -119,7 +119,7 @@ def controller_for(profile: Path, max_tokens: int = 40):
     from specchat.chats.controller import ChatController
 
     controller = ChatController(None, str(profile), lambda line, error: None, max_tokens=max_tokens)
-    controller.profile_switched(controller.switch_profile(str(profile)))
+    controller.switcher.profile_switched(controller.switcher.switch_profile(str(profile)))
     return controller
 
 

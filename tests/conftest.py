@@ -21,11 +21,11 @@ REAL_CACHE = paths.cache_dir()  # taken at import, before any test points HOME e
 
 
 @pytest.fixture(autouse=True)
-def isolated_auto_memory(tmp_path, monkeypatch) -> Path:
-    """What "auto" learns is kept between processes (engine/draft_length/memory.py): each test starts from the priors, as a
+def isolated_learned_store(tmp_path, monkeypatch) -> Path:
+    """What "auto" learns is kept between processes (engine/draft_length/learned_store.py): each test starts from the priors, as a
     first run does, whatever earlier tests taught it. (A test's own subprocesses keep it in their user cache.)"""
     memory = tmp_path / "auto-memory.json"
-    monkeypatch.setattr(paths, "auto_memory_file", lambda: memory)
+    monkeypatch.setattr(paths, "auto_learned_file", lambda: memory)
     return memory
 
 
@@ -70,7 +70,7 @@ def cheap_verify(tmp_path, monkeypatch) -> None:
     accepted, so its drafts are what the exactness check judges. On this CPU the sweep decides, and a noisy minute's
     sweep left "auto" drafting nothing — an equality that tested no draft. The exact-batch cap stays measured."""
     import specchat.engine.speculation as speculation
-    from specchat.engine.draft_length.auto import VerifyCost
+    from specchat.engine.draft_length.policies import VerifyCost
 
     measure = speculation.measure_verify_cost
 

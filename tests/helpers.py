@@ -21,12 +21,13 @@ from specchat import paths
 from specchat.app.chat_app import SpecchatApp
 from specchat.app.widgets.prompt import PromptInput
 from specchat.app.widgets.reply import ReplyView
+from specchat.chats.replies import Frame
 from specchat.chats.session import ChatSession
 from specchat.engine import Engine
 from specchat.engine.events import (ContextTrimmed, DraftRejected, Event, ReplyFinished, ReplyStarted, StepVerified,
                                     TokenEmitted)
 from specchat.engine.repetition import LoopRule
-from specchat.repl.shell import Repl, ReplSettings
+from specchat.repl import Repl, ReplSettings, make_repl
 
 THREADS = 2  # every model of the tests decodes with two threads (the machine's cores)
 
@@ -149,6 +150,11 @@ async def statuses_while_loading(pilot, every: float = 0.01, timeout: float = 12
     return statuses
 
 
+def arrive(app: SpecchatApp, events: list[Event]) -> None:
+    """``events`` come up to the app as one frame of a reply (``Replies.frame``: absorbed, then posted)."""
+    app.post_message(SpecchatApp.FrameArrived(Frame(events, app.controller.absorb(events), None, False)))
+
+
 async def wait_until(pilot, condition, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -208,7 +214,7 @@ def run_repl(settings: ReplSettings, *keys: str, during=None) -> tuple[Repl, str
     output = Vt100_Output(terminal, lambda: Size(rows=30, columns=120), term="xterm-256color")
     with create_pipe_input() as pipe:
         pipe.send_text(keys[0])
-        repl = Repl(settings, input=pipe, output=output, text_out=text)
+        repl = make_repl(settings, input=pipe, output=output, text_out=text)
 
         def type_the_rest() -> None:
             for piece in keys[1:]:

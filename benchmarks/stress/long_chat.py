@@ -67,7 +67,7 @@ def main() -> None:
                 print(f"turns {turn - 49}–{turn}: median {statistics.median(window) * 1000:.0f} ms/turn, prefill"
                       f" median {statistics.median(prefills[-50:]):.0f} tokens (max {max(prefills[-50:])}),"
                       f" trims so far {trims}; engine messages {len(engine.messages)}, KV cache"
-                      f" {len(engine.ctx.cached)}/{args.n_ctx}, n-gram keys {engine.ngram_index_size},"
+                      f" {len(engine.ctx.cached)}/{args.n_ctx}, n-gram keys {engine.speculation.ngram.index_size},"
                       f" sparkline {len(telemetry.spark)} points, session turns {len(session.turns)},"
                       f" RSS {rss_bytes() / 1e6:.0f} MB", flush=True)
         store.close()

@@ -19,7 +19,7 @@ from specchat.app.widgets.prompt import PromptInput
 from specchat.app.widgets.reply import ProvenanceLines, ReplyView, provenance_text
 from specchat.engine.events import TokenEmitted, TokenKind
 from specchat.chats.store import Store
-from helpers import ask, notices, plain_text, ready, SIZE, start_long_reply, wait_until
+from helpers import arrive, ask, notices, plain_text, ready, SIZE, start_long_reply, wait_until
 
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -461,11 +461,11 @@ async def test_thinking_is_shown_while_streaming_and_folded_when_done(settings):
         view = app.last_reply
         pieces = ["<think>", "\n", "The user", " wants", " a", " fruit", ".", "\n", "</think>", "\n\n", "Apple", "."]
         tokens = [TokenEmitted(i, text, TokenKind.TARGET, i, 0.01 * i) for i, text in enumerate(pieces)]
-        app.post_message(SpecchatApp.EventsArrived(tokens[:6]))
+        arrive(app, tokens[:6])
         await pilot.pause(0.1)
         assert view.think_box.display and not view.think_box.collapsed  # still thinking: shown, open
         assert "wants a" in view.think_text.content.plain
-        app.post_message(SpecchatApp.EventsArrived(tokens[6:]))
+        arrive(app, tokens[6:])
         await pilot.pause(0.1)
         record.finish_reason = "stop"  # as a ReplyFinished event would set it
         view.refresh_view()
@@ -511,7 +511,7 @@ async def test_quitting_while_a_reply_streams_saves_the_partial_reply(settings):
         await pilot.press("ctrl+q")
     # The engine's step in progress ended and the models were freed before the app returned: a model freed by the
     # interpreter's shutdown under a step still decoding on a daemon thread is a segfault (exit 139, seen once).
-    assert not app.engine_thread.is_alive() and app.backend.engine.ctx.ptr is None
+    assert not app.replies.working and app.backend.engine.ctx.ptr is None
     stored = Store(settings.db_path).messages(chat)
     assert [m.role for m in stored] == ["user", "assistant"]
     # Every token the engine produced is saved, those of the step that ended after Ctrl+Q too (they stayed in memory
@@ -754,7 +754,7 @@ class FirstStart:
 async def test_a_message_sent_while_the_model_loads_waits_and_is_sent_once_it_is_loaded(settings, user_cache,
                                                                                           draft_path):
     """It was refused ("the model is still loading — try again"); a newcomer presses Enter at once."""
-    from specchat.app.engine_thread import Activity
+    from specchat.chats.replies import Activity
 
     loading = FirstStart(user_cache, draft_path)
     app = make_app(settings)
@@ -778,7 +778,7 @@ async def test_a_message_sent_while_the_model_loads_waits_and_is_sent_once_it_is
 
 async def test_esc_withdraws_a_message_waiting_for_the_model_and_keeps_it_in_the_prompt(settings, user_cache,
                                                                                        draft_path):
-    from specchat.app.engine_thread import Activity
+    from specchat.chats.replies import Activity
 
     loading = FirstStart(user_cache, draft_path)
     app = make_app(settings)

@@ -430,7 +430,7 @@ def test_a_stored_trace_survives_line_separators_and_an_empty_reply():
     """U+2028 and its kin stay inside their JSON line (splitlines() would have cut the trace there), and an empty
     reply's trace matches its empty segments."""
     from specchat.chats.session import turn_of
-    from specchat.chats.store import StoredMessage
+    from specchat.chats.store_rows import StoredMessage
     from specchat.chats.trace import packed, rows_of, unpacked
 
     rows = [{"type": "token", "text": "a\u2028b\u0085c", "token": 1, "kind": "target", "step": 0, "elapsed": 0.1}]

@@ -15,9 +15,10 @@ from textual.app import App, ComposeResult
 from textual.color import Color
 from textual.widgets import Static
 
+from helpers import arrive
 from recorded import load
 from specchat.app.chat_app import SpecchatApp, make_app
-from specchat.app.engine_thread import Activity
+from specchat.chats.replies import Activity
 from specchat.app.settings import Settings
 from specchat.app.widgets.sidebar import LABEL_WIDTH, MemorySnapshot, ProfileInfo, Sidebar
 from specchat.engine.events import ReplyFinished, ThreadsAdjusted
@@ -52,7 +53,7 @@ def replay(*, finished: bool):
         app.mount_turn(app.session.add_reply(""))
         await pilot.pause()
         app.busy = None if finished else Activity.GENERATING
-        app.post_message(SpecchatApp.EventsArrived(events))
+        arrive(app, events)
         await pilot.pause()
         app.refresh_sidebar()
         await pilot.pause()
@@ -332,7 +333,7 @@ async def picker_over_tiny(pilot) -> None:
     """The picker with tiny in use (as once its models loaded; the snapshots load none)."""
     from specchat.profiles import load_profile
 
-    pilot.app.controller.profile = load_profile("tiny")
+    pilot.app.controller.switcher.profile = load_profile("tiny")
     await picker_settled(pilot)
 
 

@@ -38,8 +38,8 @@ def test_speculation_off_and_on_by_hand_then_a_longer_draft_then_back(kind, tmp_
         same(ask(controller, TURNS[0]), expected[0])
         before = controller.choice
 
-        switched = controller.switch(controller.speculation_toggled())
-        controller.profile_switched(switched)
+        switched = controller.switcher.switch(controller.switcher.speculation_toggled())
+        controller.switcher.profile_switched(switched)
         assert switched.announcement(before) == f"speculation off, by hand: {TOOK[kind]}"
         state = controller.facts.speculation
         assert not state.active and state.reason == SWITCHED_OFF_BY_HAND
@@ -49,23 +49,23 @@ def test_speculation_off_and_on_by_hand_then_a_longer_draft_then_back(kind, tmp_
         assert off.stats["drafted"] == 0 and off.stats["method"] == "none"
         assert cache_kept(off) == (kind == "in-process")
 
-        controller.profile_switched(controller.switch(controller.speculation_toggled()))
+        controller.switcher.profile_switched(controller.switcher.switch(controller.switcher.speculation_toggled()))
         assert controller.facts.speculation.active
         on = ask(controller, TURNS[2])
         same(on, expected[2])
         assert on.stats["drafted"] > 0 and cache_kept(on) == (kind == "in-process")
 
         before = controller.choice
-        switched = controller.switch(controller.draft_length(1))
-        controller.profile_switched(switched)
+        switched = controller.switcher.switch(controller.switcher.draft_cap(1))
+        controller.switcher.profile_switched(switched)
         assert switched.announcement(before) == f"draft length 5: {TOOK[kind]}"
-        assert controller.facts.n_max == 5 and controller.backend.config.spec.n_max == 5
+        assert controller.facts.draft_length == 5 and controller.backend.config.spec.n_max == 5
         longer = ask(controller, "Thanks!")
         same(longer, expected[3])
-        assert longer.stats["n_max"] == 5
+        assert longer.stats["draft_length"] == 5
 
         with pytest.raises(Refused, match="no earlier profile"):
-            controller.previous_profile()
+            controller.switcher.previous_profile()
     finally:
         controller.close()
 
@@ -75,17 +75,19 @@ def test_previous_profile_goes_back_with_its_toggles():
 
     controller = controller_for(Path(__file__).parents[2] / "profiles" / "tiny.toml")
     try:
-        controller.profile_switched(controller.switch(controller.draft_length(-1)))  # tiny, 3 tokens a step
-        controller.profile_switched(controller.switch(controller.speculation_toggled()))  # and off by hand
-        controller.profile_switched(controller.switch_profile("ngram"))
+        controller.switcher.profile_switched(controller.switcher.switch(controller.switcher.draft_cap(-1)))  # tiny, 3 tokens a step
+        controller.switcher.profile_switched(controller.switcher.switch(controller.switcher.speculation_toggled()))  # and off by hand
+        controller.switcher.profile_switched(controller.switcher.switch_profile("ngram"))
         assert controller.facts.method == "ngram" and controller.facts.adaptive
-        controller.profile_switched(controller.switch(controller.previous_profile()))
+        controller.switcher.profile_switched(controller.switcher.switch(controller.switcher.previous_profile()))
         assert controller.profile.name == "tiny" and controller.choice.n_max == 3 and controller.choice.speculation_off
         assert not controller.facts.speculation.active and controller.facts.speculation.reason == SWITCHED_OFF_BY_HAND
-        # and F4 again: back to ngram, as `cd -` does; from "auto" having drafted nothing yet, F6 drafts 1 token
-        controller.profile_switched(controller.switch(controller.previous_profile()))
-        assert controller.profile.name == "ngram" and controller.backend.n_max == 0
-        assert controller.draft_length(1).n_max == 1
+        # and F4 again: back to ngram, as `cd -` does. F5/F6 step the cap the profile sets, not the length "auto"
+        # chose last (0 here, having drafted nothing yet: F6 once fixed the length at 1, F5 too — issue #49); from
+        # "auto" there is no cap to step, so either fixes the profiles' default, 4
+        controller.switcher.profile_switched(controller.switcher.switch(controller.switcher.previous_profile()))
+        assert controller.profile.name == "ngram" and controller.backend.draft_length == 0
+        assert controller.switcher.draft_cap(1).n_max == 4 and controller.switcher.draft_cap(-1).n_max == 4
     finally:
         controller.close()
 
@@ -97,35 +99,35 @@ def test_what_cannot_be_toggled_says_why_in_one_line(tmp_path, llama_server, ser
     controller = controller_for(profiles / "baseline.toml")
     try:
         with pytest.raises(Refused, match="does not speculate"):
-            controller.speculation_toggled()
+            controller.switcher.speculation_toggled()
         with pytest.raises(Refused, match="this profile does not speculate"):
-            controller.draft_length(1)
+            controller.switcher.draft_cap(1)
     finally:
         controller.close()
     controller = controller_for(profiles / "tiny.toml")
     try:
         with pytest.raises(Refused, match="the draft length is 4 already"):
-            controller.draft_length_set(4)
+            controller.switcher.draft_cap_set(4)
         with pytest.raises(Refused, match="a draft length is 1 to 256 tokens, not 300"):
-            controller.draft_length_set(300)
-        controller.profile_switched(controller.switch(controller.draft_length_set(1)))
+            controller.switcher.draft_cap_set(300)
+        controller.switcher.profile_switched(controller.switcher.switch(controller.switcher.draft_cap_set(1)))
         with pytest.raises(Refused, match="the draft length is 1 already"):
-            controller.draft_length(-1)
+            controller.switcher.draft_cap(-1)
         # A reply decoded with speculation off by hand: A/B would compare plain decoding with itself.
-        controller.profile_switched(controller.switch(controller.speculation_toggled()))
+        controller.switcher.profile_switched(controller.switcher.switch(controller.switcher.speculation_toggled()))
         ask(controller, "Name a colour.")
         with pytest.raises(Refused, match="decoded without speculation"):
             controller.compare()
         with pytest.raises(Refused, match="switched off by hand"):
-            controller.draft_length(1)
+            controller.switcher.draft_cap(1)
     finally:
         controller.close()
     controller = controller_for(write_profile(tmp_path, "remote-llama", binary=llama_server, servers=servers))
     try:
         with pytest.raises(Refused, match="cannot be switched off from here"):
-            controller.speculation_toggled()  # it would only reconnect, and the server would go on drafting
+            controller.switcher.speculation_toggled()  # it would only reconnect, and the server would go on drafting
         with pytest.raises(Refused, match="a remote server drafts the length it was started with"):
-            controller.draft_length(1)
+            controller.switcher.draft_cap(1)
     finally:
         controller.close()
 
@@ -160,7 +162,7 @@ async def test_the_keys_in_the_app(kind, tmp_path, settings, llama_server, serve
         await wait_until(pilot, lambda: app.busy is None and "draft length 5" in shown())
         await ask_in_app(pilot, "Say hello.")
         reply = app.session.last_reply
-        assert reply.stats["drafted"] > 0 and reply.stats["n_max"] == 5
+        assert reply.stats["drafted"] > 0 and reply.stats["draft_length"] == 5
         await pilot.press("f5")
         await wait_until(pilot, lambda: app.busy is None and "draft length 4" in shown())
 
@@ -184,7 +186,7 @@ def test_the_commands_in_the_repl(kind, tmp_path, llama_server, servers):
     assert f"speculation on again: {TOOK[kind]}" in text and f"draft length 5: {TOOK[kind]}" in text
     assert "draft length auto: " in text and "profile ngram: " in text
     replies = repl.session.turns[1::2]
-    assert replies[0].stats["drafted"] == 0 and replies[1].stats["drafted"] > 0 and replies[1].stats["n_max"] == 5
+    assert replies[0].stats["drafted"] == 0 and replies[1].stats["drafted"] > 0 and replies[1].stats["draft_length"] == 5
     assert repl.profile.name == profile.stem and repl.controller.choice.n_max == "auto"  # /profile - came back
     assert "specchat:" not in text, text
 
@@ -371,7 +373,7 @@ def test_a_picked_draft_and_the_draft_length_keep_what_the_user_did_not_change(t
     assert (config.draft.n_gpu_layers, config.draft.threads) == (3, 1)
     assert config.spec.method == "ngram+draft" and config.spec.n_max == 100
     assert one_step(100, 1) == 101 and one_step(MAX_DRAFT, 1) == MAX_DRAFT
-    assert Choice(str(path)).with_draft_length(config, 200).n_max == 200
+    assert Choice(str(path)).with_draft_cap(config, 200).n_max == 200
     # A profile without a draft model of its own: the picked one drafts, on the target's threads.
     ngram = load_profile("ngram")
     picked = Choice("ngram", draft=other).config(ngram)

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import specchat
-from specchat.backends.kinds import backend_kinds
+from specchat.backends.run_config import backend_kinds
 
 SECOND_ENGINE = '''
 """specchat's engine in this process under a kind of its own: what a backend module holds, and nothing else."""
 
-from specchat.backends.kinds import BackendKind
+from specchat.backends.run_config import BackendKind
 from specchat.backends.local import LocalBackend
 
 

@@ -458,7 +458,7 @@ from specchat.profiles import load_profile, run_config
 
 server_process.PARENT_DEATH_SIGNAL = sys.argv[2] == "signal"
 backend = open_backend(run_config(load_profile(sys.argv[1])))
-backend.learn_history(partial(stored_replies, sys.argv[3]), wait=True)
+backend.learn_stored_chats(partial(stored_replies, sys.argv[3]), wait=True)
 print(backend.pid, flush=True)
 time.sleep(300)
 """

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from specchat.bench.simulation import ngram
+from specchat.bench.simulation import suffix, trees
 from specchat.bench.tasks import Task
 from specchat.chats.store import Store
-from specchat.engine.draft_length.adaptive import Adaptive
-from specchat.engine.draft_length.auto import VerifyCost
+from specchat.engine.draft_length.auto_length import Adaptive
+from specchat.engine.draft_length.policies import VerifyCost
 from specchat.engine.draft_length.learned_costs import LearnedVerifyCost
-from specchat.engine.draft_length.memory import AutoMemory
+from specchat.engine.draft_length.learned_store import LearnedStore
 from specchat.engine.drafters.ngram import NgramDrafter
 from helpers import cli
 
@@ -150,30 +150,13 @@ def test_bench_with_llama_server_peers_through_the_server_backend(tmp_path, task
     assert "speed-up against specchat's plain decoding" in result.stdout
 
 
-def _benchmark(name: str):
-    """A script of benchmarks/, imported as it runs (its folder first on the path: candidate_trees reads ngram_replay)."""
-    folder = Path(__file__).parents[2] / "benchmarks"
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def _ngram_replay():
-    return _benchmark("ngram_replay")
-
-
-def test_the_candidate_tree_replay_on_a_worked_example():
+def test_the_candidate_tree_simulation_on_a_worked_example():
     """Two earlier occurrences of "7 9 1 2" go on differently (3 first, then 4, the newer): the chain verifies the newer,
     wrong continuation; a tree of two verifies both, and the older one is right. Worked by hand for a 3-token reply
     (its first token from the prefill): the chain takes two steps (a correction, then a copied token whose bonus lies
     beyond the reply), the tree one (4 rows: both branches and the target's token; both reply tokens accepted)."""
-    trees = _benchmark("candidate_trees")
     prompt = [7, 9, 1, 2, 3, 6, 50, 7, 9, 1, 2, 4, 6, 51, 7, 9, 1]
-    reply = _ngram_replay().Reply(Task(name="t", prompt="", max_tokens=64), prompt=prompt, tokens=[2, 3, 6])
+    reply = ngram.Reply(Task(name="t", prompt="", max_tokens=64), prompt=prompt, tokens=[2, 3, 6])
     seen: dict = {}
     for pos in range(len(prompt) + 1):
         trees.remember(prompt + [2], pos, seen)
@@ -185,12 +168,11 @@ def test_the_candidate_tree_replay_on_a_worked_example():
     assert trees.speed_up(reply, VerifyCost((1, 8), (1.0, 8.0), exact=8), (1, 2)) == pytest.approx(0.5)
 
 
-def test_the_suffix_replay_steps_the_engines_own_auto_over_a_stored_reply(make_engine, tmp_path):
+def test_the_suffix_simulation_steps_the_engines_own_auto_over_a_stored_reply(make_engine, tmp_path):
     """A question asked again, its earlier answer indexed as a stored chat is: where verifying costs nothing more per
     row, the engine's "auto" (hazards of its own for stored copies) copies the stored answer and runs well above plain
     decoding, within its drafter's oracle, while the open conversation alone offers nothing to copy; where each row
     costs a plain step, no draft can pay and "auto" verifies none (exactly plain decoding's cost)."""
-    replay, suffix_replay = _ngram_replay(), _benchmark("suffix_replay")
     engine = make_engine("ngram", n_max=4)
     target, rules = engine.target, engine.speculation.rules
     question = "What is a hash table?"
@@ -198,58 +180,56 @@ def test_the_suffix_replay_steps_the_engines_own_auto_over_a_stored_reply(make_e
     answer = target.tokenize("A hash table maps keys to values through a hash function, so that a lookup takes"
                              " constant time on average, whatever the number of entries.", add_special=False)
     task = Task(name="asked-again", prompt=question, max_tokens=64)
-    reply = replay.Reply(task, prompt=target.tokenize(rendered, add_special=False), tokens=answer)
-    drafter = suffix_replay.ColdSuffix(NgramDrafter(2, 4), suffix_replay.indexed(engine, [reply], tmp_path))
-    assert drafter.history.index.documents == 1
+    reply = ngram.Reply(task, prompt=target.tokenize(rendered, add_special=False), tokens=answer)
+    drafter = suffix.ColdSuffix(NgramDrafter(2, 4), suffix.indexed(engine, [reply], tmp_path))
+    assert drafter.stored_chats.index.documents == 1
 
     def auto(verify: VerifyCost) -> float:
         policy = Adaptive.open(LearnedVerifyCost(verify), True, {"ngram": 64, "draft": 16}, None,
-                               AutoMemory(tmp_path / f"memory-{verify.seconds[-1]}.json"), "auto|t", "costs|t", 0,
+                               LearnedStore(tmp_path / f"memory-{verify.seconds[-1]}.json"), "auto|t", "costs|t", 0,
                                recalls=True)
-        return suffix_replay.replay_auto(reply, policy, verify, rules, drafter)
+        return suffix.simulate_auto(reply, policy, verify, rules, drafter)
 
     flat = VerifyCost((1, 65), (1.0, 1.0), exact=65)
-    oracle = replay.replay(reply, replay.ORACLE, flat, rules, drafter)
-    alone = replay.replay(reply, replay.ORACLE, flat, rules, NgramDrafter(2, 4))
+    oracle = ngram.simulate(reply, ngram.ORACLE, flat, rules, drafter)
+    alone = ngram.simulate(reply, ngram.ORACLE, flat, rules, NgramDrafter(2, 4))
     assert oracle >= auto(flat) > 2.0 > 1.2 > alone
     assert auto(VerifyCost((1, 65), (1.0, 65.0), exact=65)) == pytest.approx(1.0)
 
 
-def test_the_replay_match_table_on_worked_examples(make_engine):
+def test_the_simulations_match_table_on_worked_examples(make_engine):
     """The bound quoted for draft-length policies that see only the match length: on a reply that copies its prompt,
     the best table drafts the whole copy at once, as the oracle does; when a batch costs its tokens decoded one by one,
     no table beats plain decoding."""
-    replay = _ngram_replay()
     rules, drafter = make_engine("ngram", n_max=4).speculation.rules, NgramDrafter(2, 4)
     task = Task(name="t", prompt="", max_tokens=64)
-    copying = replay.Reply(task, prompt=list(range(100, 110)), tokens=list(range(100, 110)))
+    copying = ngram.Reply(task, prompt=list(range(100, 110)), tokens=list(range(100, 110)))
     flat = VerifyCost((1, 64), (1.0, 1.0), exact=64)
     linear = VerifyCost((1, 64), (1.0, 64.0), exact=64)
     # One plain step (no 2-token key yet), then the other eight tokens copied in one step with the bonus: 9 in 2.
-    assert replay.match_table(copying, flat, rules, drafter) == pytest.approx(4.5)
-    assert replay.replay(copying, replay.ORACLE, flat, rules, drafter) == pytest.approx(4.5)
-    assert replay.match_table(copying, linear, rules, drafter) == pytest.approx(1.0)
+    assert ngram.match_table(copying, flat, rules, drafter) == pytest.approx(4.5)
+    assert ngram.simulate(copying, ngram.ORACLE, flat, rules, drafter) == pytest.approx(4.5)
+    assert ngram.match_table(copying, linear, rules, drafter) == pytest.approx(1.0)
 
 
-def test_the_replay_copy_ceiling_on_worked_examples():
+def test_the_simulations_copy_ceiling_on_worked_examples():
     """The ceiling quoted for prompt-lookup drafting, on replies whose best plans can be written down by hand."""
-    replay = _ngram_replay()
     task = Task(name="t", prompt="", max_tokens=64)
-    copying = replay.Reply(task, prompt=list(range(100, 110)), tokens=list(range(100, 110)))
-    fresh = replay.Reply(task, prompt=list(range(100, 110)), tokens=list(range(200, 210)))
+    copying = ngram.Reply(task, prompt=list(range(100, 110)), tokens=list(range(100, 110)))
+    fresh = ngram.Reply(task, prompt=list(range(100, 110)), tokens=list(range(200, 210)))
     flat = VerifyCost((1, 64), (1.0, 1.0), exact=64)
     linear = VerifyCost((1, 64), (1.0, 64.0), exact=64)
     # The first token comes from the prefill; one flat-cost step verifies the other 9, copied from the prompt.
-    assert replay.copy_ceiling(copying, flat) == pytest.approx(9.0)
+    assert ngram.copy_ceiling(copying, flat) == pytest.approx(9.0)
     # When a batch costs as much as its tokens decoded one by one, no plan beats plain decoding.
-    assert replay.copy_ceiling(copying, linear) == pytest.approx(1.0)
+    assert ngram.copy_ceiling(copying, linear) == pytest.approx(1.0)
     # Nothing to copy: every step is plain, whatever a batch costs.
-    assert replay.copy_ceiling(fresh, flat) == pytest.approx(1.0)
+    assert ngram.copy_ceiling(fresh, flat) == pytest.approx(1.0)
     # A verify batch no larger than 4 rows: 9 tokens in steps of at most 4 (3 + 1 bonus each) take 3 steps.
-    assert replay.copy_ceiling(copying, VerifyCost((1, 4), (1.0, 1.0), exact=4)) == pytest.approx(3.0)
+    assert ngram.copy_ceiling(copying, VerifyCost((1, 4), (1.0, 1.0), exact=4)) == pytest.approx(3.0)
     # A copy reaches no further than the text known at its step: ten equal tokens copy 1, then 3, then the last 2.
-    repeating = replay.Reply(task, prompt=[5], tokens=[7] * 10)
-    assert replay.copy_ceiling(repeating, flat) == pytest.approx(3.0)
+    repeating = ngram.Reply(task, prompt=[5], tokens=[7] * 10)
+    assert ngram.copy_ceiling(repeating, flat) == pytest.approx(3.0)
 
 
 # Spec-Bench -------------------------------------------------------------------------------------------------------
@@ -449,7 +429,7 @@ def test_a_question_file_that_is_not_json_lines_is_one_clear_line(tmp_path):
 
 @pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
 def test_saved_bench_replies_are_drafted_from_by_a_later_run_beside_llama_servers_lookup_cache(tmp_path, llama_server):
-    """--save-chats keeps each question's replies as a chat; a later run with --history drafts from them — specchat's
+    """--save-chats keeps each question's replies as a chat; a later run with --stored-chats drafts from them — specchat's
     "suffix" through its index, llama-server's ngram-cache through lookup caches written from the same replies — and
     the greedy output stays plain decoding's."""
     env = {"XDG_DATA_HOME": str(tmp_path / "data")}
@@ -472,11 +452,11 @@ def test_saved_bench_replies_are_drafted_from_by_a_later_run_beside_llama_server
     assert [t for m in writing if m.role == "assistant" for t in m.tokens] == plain["writing-81"]["tokens"]
     assert all(m.target_id and m.finish_reason for m in writing if m.role == "assistant")
 
-    second = cli("bench", *sample, "--history", "--peers", f"llama-server={llama_server}",
+    second = cli("bench", *sample, "--stored-chats", "--peers", f"llama-server={llama_server}",
                  "--server-types", "ngram-mod ngram-cache", "--json", str(second_json), env=env)
     assert second.returncode == 0, second.stderr
     report = json.loads(second_json.read_text())
-    assert report["settings"]["history"] is True and not report["errors"]
+    assert report["settings"]["stored_chats"] is True and not report["errors"]
     assert report["settings"]["llama_server_memory"] == "warm"
     assert {r["runner"] for r in report["runs"]} == {"specchat none", "specchat suffix", "llama-server ngram-mod",
                                                      "llama-server ngram-cache"}  # the types asked for

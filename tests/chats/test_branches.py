@@ -36,7 +36,7 @@ def kind(request) -> str:
 def controller(kind, tmp_path, llama_server, servers):
     profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
     made = ChatController(Store(tmp_path / "chats.sqlite3"), str(profile), lambda line, error: None, max_tokens=32)
-    made.profile_switched(made.switch_profile(str(profile)))
+    made.switcher.profile_switched(made.switcher.switch_profile(str(profile)))
     yield made
     made.close()
     made.session.store.close()
@@ -67,9 +67,9 @@ def test_regenerate_keeps_the_old_answer_as_a_version(controller, plain):
     session = controller.session
     assert again is not first and again.text == first.text == plain.chat((FIRST,), max_tokens=32)[0][1]  # greedy: the same answer
     assert session.alternatives(1) == (2, 2) and session.alternatives(0) is None
-    assert controller.show_alternative(1, -1) == (1, 2) and session.turns[1] is first
+    assert controller.session.step_alternative(1, -1) == (1, 2) and session.turns[1] is first
     with pytest.raises(Refused, match="version 1 of 2: there is none before it"):
-        controller.show_alternative(1, -1)
+        controller.session.step_alternative(1, -1)
     assert reopened(controller).alternatives(1) == (1, 2)  # saved as it happened
     assert texts(reopened(controller)) == [FIRST, first.text]
 
@@ -80,7 +80,7 @@ def test_an_edit_keeps_the_old_branch_and_decodes_only_from_the_edit(controller,
     before = texts(controller.session)
     synced = []
     if kind == "in-process":  # the draft model's cache too: what its first sync after the edit decodes
-        draft_cache = controller.backend.engine.drafter.ctx
+        draft_cache = controller.backend.engine.speculation.drafter.ctx
         sync = draft_cache.sync
         draft_cache.sync = lambda tokens: synced.append((list(tokens), sync(tokens))) or synced[-1][1]
     edited = answer(controller, controller.edit(0, EDITED))
@@ -100,9 +100,9 @@ def test_an_edit_keeps_the_old_branch_and_decodes_only_from_the_edit(controller,
         tokens, decoded = synced[0]
         assert tokens[:len(new)] == new and decoded == len(tokens) - shared  # the draft's from the edit point on
     # Both branches are whole, in memory and in the file, and moving between them changes nothing else.
-    controller.show_alternative(0, -1)
+    controller.session.step_alternative(0, -1)
     assert texts(session) == before and session.turns[3] is second and texts(reopened(controller)) == before
-    controller.show_alternative(0, 1)
+    controller.session.step_alternative(0, 1)
     assert texts(reopened(controller)) == [EDITED, text]
 
 
@@ -113,7 +113,7 @@ def test_versions_nest_and_survive_a_reopen(controller):
     answer(controller, controller.edit(2, "And the smaller?"))  # a version of message 3
     session = controller.session
     assert session.alternatives(2) == (2, 2) and session.alternatives(3) is None
-    controller.show_alternative(2, -1)
+    controller.session.step_alternative(2, -1)
     assert session.alternatives(3) == (2, 2)  # the nested versions came back with their branch
     again = reopened(controller)
     assert texts(again) == texts(session) and again.alternatives(2) == (1, 2) and again.alternatives(3) == (2, 2)
@@ -174,7 +174,7 @@ def test_an_edit_refused_before_it_began_restores_what_was_there(controller):
     # With three versions and the second shown, a refused edit shows the second again (not the newest).
     answer(controller, controller.edit(0, EDITED))
     answer(controller, controller.edit(0, "Name two seas."))
-    controller.show_alternative(0, -1)
+    controller.session.step_alternative(0, -1)
     shown = texts(controller.session)
     assert controller.session.alternatives(0) == (2, 3) and shown[0] == EDITED
     refused(controller, controller.edit(0, HUGE))
@@ -190,7 +190,7 @@ def test_a_regeneration_refused_before_it_began_shows_the_reply_again(controller
     # A context too small for the question now: the backend refuses to answer it again before decoding anything.
     (tmp_path / "small").mkdir()
     small = write_profile(tmp_path / "small", kind, binary=llama_server, servers=servers, n_ctx=128)
-    controller.profile_switched(controller.switch_profile(str(small)))
+    controller.switcher.profile_switched(controller.switcher.switch_profile(str(small)))
     assert refused(controller, controller.regenerate()) is None  # nothing was typed for it
     assert texts(controller.session) == before and controller.session.alternatives(1) is None
     assert texts(reopened(controller)) == before
@@ -351,7 +351,7 @@ def test_odd_searches_find_what_they_say(tmp_path):
 
 
 def test_a_damaged_search_index_is_damage_like_any_other(tmp_path):
-    from specchat.chats.store import open_store
+    from specchat.chats.store_opening import open_store
 
     path = tmp_path / "chats.sqlite3"
     store = Store(path)

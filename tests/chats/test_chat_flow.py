@@ -15,7 +15,8 @@ from gguf_fixtures import write_variant
 from specchat.backends import open_backend
 from specchat.backends.run_config import BackendSettings, RunConfig
 from specchat.chats.session import ChatSession
-from specchat.chats.store import Store, StoredMessage
+from specchat.chats.store import Store
+from specchat.chats.store_rows import StoredMessage
 from specchat.engine import EngineConfig, Message, ModelSettings, SpecConfig
 from specchat.engine.events import SpeculationChanged, TokenEmitted
 from specchat.engine.sampling import SamplingParams
@@ -184,7 +185,7 @@ def test_the_summary_of_an_auto_profile_says_auto_and_the_status_line_fits(tmp_p
     from specchat.figures import summary_line
     from specchat.repl.render import figures
 
-    stats = ReplyStats(method="ngram", speculation_active=True, n_max=0, adaptive=True, generated=10)
+    stats = ReplyStats(method="ngram", speculation_active=True, draft_length=0, adaptive=True, generated=10)
     assert summary_line(stats, "stop").startswith("[ngram n_max=auto]")
     live = LiveTelemetry()
     full = figures(live, "a-long-profile-name", "ngram", "RSS 350 MB")
@@ -309,10 +310,10 @@ def test_ab_refuses_a_reply_made_under_another_target_or_context(tmp_path, user_
         ask(controller, "Name a colour.")
         for name, change in (("context", "the context size"), ("target", "the target model"),
                              ("template", "the chat template")):
-            controller.profile_switched(controller.switch_profile(str(profiles[name])))
+            controller.switcher.profile_switched(controller.switcher.switch_profile(str(profiles[name])))
             with pytest.raises(Refused, match=f"the profile changed {change} since this reply"):
                 controller.compare()
-            controller.profile_switched(controller.switch_profile(str(profiles["tiny"])))
+            controller.switcher.profile_switched(controller.switcher.switch_profile(str(profiles["tiny"])))
         # The plain arm would run under today's system prompt (the REPL's /system, the app's system prompt screen).
         system = controller.session.system_prompt
         controller.set_system_prompt("You are a pirate. Answer in pirate speak.")
@@ -333,7 +334,7 @@ def test_ab_refuses_a_reply_made_under_another_target_or_context(tmp_path, user_
 
 async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_one(settings):
     from specchat.app.chat_app import make_app
-    from specchat.app.engine_thread import Activity
+    from specchat.chats.replies import Activity
     from specchat.app.screens import ABScreen
     from helpers import SIZE, ask, ready, start_long_reply, wait_until
 
@@ -433,7 +434,7 @@ def test_a_server_that_fails_to_restart_gives_way_to_the_old_one_and_the_facts_f
     try:
         old_pid = controller.backend.pid
         with pytest.raises(SpecchatError, match="the previous server was started again"):
-            controller.switch_profile(str(bad))
+            controller.switcher.switch_profile(str(bad))
         backend, facts = controller.backend, controller.facts
         assert backend is not None and backend.pid != old_pid and not alive(old_pid) and alive(backend.pid)
         assert facts.pid == backend.pid and facts.where == backend.where  # the screen names the server that runs

@@ -19,7 +19,8 @@ from recorded import load
 from specchat.chats.records import ReplyRecord, UserTurn
 from specchat.chats.session import ChatSession
 from specchat.chats import store as store_module
-from specchat.chats.store import DamagedDatabase, Store, StoreError, open_store
+from specchat.chats.store import DamagedDatabase, Store, StoreError
+from specchat.chats.store_opening import open_store
 
 PROMPT, EVENTS = load()
 

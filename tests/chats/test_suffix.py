@@ -1,4 +1,4 @@
-"""The "suffix" method: drafts from this chat and from every stored reply of earlier chats (``engine.drafters.history``
+"""The "suffix" method: drafts from this chat and from every stored reply of earlier chats (``engine.drafters.stored_chats``
 over ``chats.recall``), through the controller the app and the REPL share, with a real chats database.
 
 The store is seeded the way a user fills it: chats answered earlier, some by the draft model standing in for another
@@ -30,8 +30,8 @@ from specchat.chats.store import Store
 from specchat.chats.trace import events_of, row_of
 from specchat.engine import Message
 from specchat.engine.drafters import METHODS
-from specchat.engine.drafters.history import document_key
-from specchat.engine.drafters.history_cache import TokenCache
+from specchat.engine.drafters.stored_chats import document_key
+from specchat.engine.drafters.stored_chats_cache import TokenCache
 from specchat.engine.events import DraftRejected, DraftSource, ReplyStarted, StepVerified
 from specchat.telemetry.live import LiveTelemetry
 
@@ -56,7 +56,7 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 def open_controller(db: Path, profile: Path, max_tokens: int = 40) -> ChatController:
     controller = ChatController(Store(db), str(profile), lambda line, error: None, max_tokens=max_tokens)
-    controller.profile_switched(controller.switch_profile(str(profile)))
+    controller.switcher.profile_switched(controller.switcher.switch_profile(str(profile)))
     return controller
 
 
@@ -85,7 +85,7 @@ def seeded(tmp_path_factory, draft_path, measured_costs) -> Path:
         for f in draft_path.parent.glob(draft_path.name + "*"):
             shutil.copy(f, cache / f.name)
         patch.setattr(paths, "verify_costs_file", lambda: measured_costs)
-        patch.setattr(paths, "auto_memory_file", lambda: folder / "auto-memory.json")
+        patch.setattr(paths, "auto_learned_file", lambda: folder / "auto-memory.json")
         other = open_controller(db, write(folder, "other", profile_text("none", target="embedded:draft")), 64)
         try:
             chat(other, TURNS)
@@ -111,8 +111,8 @@ class Run:
         shutil.copy(seeded, self.db)
         self.controller = open_controller(self.db, write(tmp_path, "suffix", profile_text(method, n_ctx=n_ctx)),
                                           max_tokens)
-        assert self.engine.wait_for_history(60)
-        assert self.engine.history.index is not None and self.engine.history.index.documents >= 10
+        assert self.engine.wait_for_stored_chats(60)
+        assert self.engine.stored_chats.index is not None and self.engine.stored_chats.index.documents >= 10
         self.events: list = []
 
     @property
@@ -167,7 +167,7 @@ def test_greedy_turns_and_multibyte_replies_drafted_from_earlier_chats_equal_pla
             for text, expected in zip(texts, plain.chat(texts)):
                 record = run.ask(text)
                 assert (record.tokens, record.text) == expected
-        history = run.steps(DraftSource.HISTORY)
+        history = run.steps(DraftSource.STORED_CHAT)
         assert history and {s.origin for s in history} <= stored_origins(seeded)
         assert sum(s.accepted for s in history) > 0
         assert sum(s.drafted - s.accepted for s in history) > 0  # rejections were judged, not only agreement
@@ -182,7 +182,7 @@ def test_a_question_asked_again_in_a_new_chat_is_drafted_from_its_earlier_answer
         run.controller.new_chat()
         record = run.ask(TURNS[0])
         assert (record.tokens, record.text) == plain.chat(TURNS[:1])[0]
-        history = run.steps(DraftSource.HISTORY)
+        history = run.steps(DraftSource.STORED_CHAT)
         # This target's own earlier answer is the best match: most of the reply comes from it.
         assert sum(s.accepted for s in history) >= len(record.tokens) // 2
         # Drafted from the chat this target answered (the newest), not the other model's.
@@ -223,21 +223,21 @@ def test_a_trimmed_context_keeps_its_window(tmp_path, seeded, plain):
         for text, expected in zip(SEA, plain.chat(SEA, n_ctx=256, max_tokens=48)):
             record = run.ask(text)
             assert (record.tokens, record.text) == expected
-        assert run.steps(DraftSource.HISTORY)
+        assert run.steps(DraftSource.STORED_CHAT)
 
 
 def test_a_deleted_chat_is_drafted_from_no_more(tmp_path, seeded):
     with Run(tmp_path, seeded) as run:
         run.controller.new_chat()
         run.ask(TURNS[0])
-        used = {s.origin[0] for s in run.steps(DraftSource.HISTORY)}
+        used = {s.origin[0] for s in run.steps(DraftSource.STORED_CHAT)}
         assert used
         for chat_id in used:
             run.controller.session.store.delete(chat_id)
         run.events.clear()
         run.controller.new_chat()
         run.ask(TURNS[0])
-        assert not {s.origin[0] for s in run.steps(DraftSource.HISTORY)} & used
+        assert not {s.origin[0] for s in run.steps(DraftSource.STORED_CHAT)} & used
 
 
 # -- privacy: a private chat's text, and a deleted message, are never drafted in another chat --------------------
@@ -283,7 +283,7 @@ def test_a_private_chats_replies_are_not_drafted_in_another_chat_of_the_same_ses
             assert kept_drafts(run) > 0
             return
         assert kept_drafts(run) == 0
-        assert not any(s.origin and s.origin[0] == chat for s in run.steps(DraftSource.HISTORY))
+        assert not any(s.origin and s.origin[0] == chat for s in run.steps(DraftSource.STORED_CHAT))
         assert chat not in {origin[0] for origin in stored_origins(run.db)}  # nor at the next start
 
 
@@ -310,7 +310,7 @@ def test_a_deleted_stored_reply_is_drafted_from_no_more_in_that_process(tmp_path
         controller = run.controller
         controller.new_chat()
         run.ask(TURNS[0])
-        used = {s.origin for s in run.steps(DraftSource.HISTORY)}
+        used = {s.origin for s in run.steps(DraftSource.STORED_CHAT)}
         assert used
         controller.session.store.delete(controller.session.id)  # (what this process kept of the reply goes with it)
         for chat_id in {origin[0] for origin in used}:  # its replies deleted, its first question kept
@@ -319,7 +319,7 @@ def test_a_deleted_stored_reply_is_drafted_from_no_more_in_that_process(tmp_path
         run.events.clear()
         controller.new_chat()
         run.ask(TURNS[0])
-        assert not {s.origin for s in run.steps(DraftSource.HISTORY)} & used
+        assert not {s.origin for s in run.steps(DraftSource.STORED_CHAT)} & used
 
 
 def test_a_deleted_reply_this_process_kept_is_drafted_from_no_more(tmp_path, seeded):
@@ -427,7 +427,7 @@ def test_a_question_asked_the_moment_a_start_ends_is_drafted_from_the_stored_cha
         ask(controller, TURNS[0], on_event=events.append)  # at once: no wait for the index
         started = next(e for e in events if isinstance(e, ReplyStarted))
         assert started.stored_chats == ""  # nothing left to index
-        drafted = [e for e in events if isinstance(e, StepVerified) and e.source is DraftSource.HISTORY]
+        drafted = [e for e in events if isinstance(e, StepVerified) and e.source is DraftSource.STORED_CHAT]
         reply = controller.session.last_reply
         assert drafted and sum(e.accepted for e in drafted) >= 0.9 * (len(reply.tokens) - len(drafted) - 1)
     finally:
@@ -444,11 +444,11 @@ def test_the_first_reply_does_not_wait_for_the_index(make_engine):
         return []
 
     engine = make_engine("suffix", n_max=4)
-    engine.learn_history(read)
+    engine.learn_stored_chats(read)
     try:
         events = list(engine.reply(TURNS[0], max_tokens=16))
-        assert events[-1].finish_reason in ("stop", "length") and not engine.wait_for_history(0)
-        assert engine.history.index is None
+        assert events[-1].finish_reason in ("stop", "length") and not engine.wait_for_stored_chats(0)
+        assert engine.stored_chats.index is None
         started = next(e for e in events if isinstance(e, ReplyStarted))
         assert started.stored_chats.startswith("the stored chats are still being indexed")
         live = LiveTelemetry()
@@ -456,7 +456,7 @@ def test_the_first_reply_does_not_wait_for_the_index(make_engine):
         assert live.stored_chats == started.stored_chats
     finally:
         release.set()
-    assert engine.wait_for_history(60) and engine.history.index is not None
+    assert engine.wait_for_stored_chats(60) and engine.stored_chats.index is not None
 
 
 def test_a_start_indexes_the_stored_chats_before_it_times_anything(target_path, tmp_path, seeded, monkeypatch):
@@ -483,13 +483,13 @@ def test_a_start_indexes_the_stored_chats_before_it_times_anything(target_path, 
     config = EngineConfig(target=ModelSettings(target_path, threads=THREADS), spec=SpecConfig("suffix", n_max=4),
                           system_prompt=SYSTEM)
     with told(order.append):
-        engine = Engine(config, read_history=read)
+        engine = Engine(config, stored_chats_read=read)
     try:
         def first(start: str) -> int:  # where a mark or a phase's line is first in ``order``
             return next(i for i, said in enumerate(order) if said.startswith(start))
 
-        assert first("indexing the stored chats") < first("read") < first("sweep") and engine.wait_for_history(0)
-        assert engine.history.index is not None and engine.history.index.documents > 1
+        assert first("indexing the stored chats") < first("read") < first("sweep") and engine.wait_for_stored_chats(0)
+        assert engine.stored_chats.index is not None and engine.stored_chats.index.documents > 1
     finally:
         engine.close()
 
@@ -506,25 +506,25 @@ def test_the_index_builds_only_between_replies(make_engine, seeded):
 
     reply = engine.reply(STORY, max_tokens=64)
     next(e for e in reply if isinstance(e, StepVerified))  # the reply is under way
-    engine.learn_history(read)
-    assert not engine.wait_for_history(1.0) and len(pulled) <= 1 and engine.history.index is None
+    engine.learn_stored_chats(read)
+    assert not engine.wait_for_stored_chats(1.0) and len(pulled) <= 1 and engine.stored_chats.index is None
     assert list(reply)[-1].finish_reason in ("stop", "length", "loop")
-    assert engine.wait_for_history(60) and engine.history.index.documents == len(pulled) > 1
+    assert engine.wait_for_stored_chats(60) and engine.stored_chats.index.documents == len(pulled) > 1
 
 
 def test_a_failed_read_is_one_line_and_the_chat_goes_on(make_engine, tmp_path):
     engine = make_engine("suffix", n_max=4)
-    engine.learn_history(lambda: stored_replies(tmp_path / "missing.sqlite3"))
-    assert engine.wait_for_history(60)
-    assert engine.history.index is None and engine.history.problem.startswith("earlier chats are not drafted from: ")
-    assert "\n" not in engine.history.problem
+    engine.learn_stored_chats(lambda: stored_replies(tmp_path / "missing.sqlite3"))
+    assert engine.wait_for_stored_chats(60)
+    assert engine.stored_chats.index is None and engine.stored_chats.problem.startswith("earlier chats are not drafted from: ")
+    assert "\n" not in engine.stored_chats.problem
     assert list(engine.reply(TURNS[0], max_tokens=8))[-1].finish_reason in ("stop", "length")
 
 
 def test_the_trace_round_trips_a_drafts_source(make_engine, tmp_path, seeded):
     engine = make_engine("suffix", n_max=4)
-    engine.learn_history(partial(stored_replies, seeded))
-    assert engine.wait_for_history(60)
+    engine.learn_stored_chats(partial(stored_replies, seeded))
+    assert engine.wait_for_stored_chats(60)
     events = list(engine.reply(TURNS[0], max_tokens=40, top=3))
     rows = [row_of(e) for e in events]
     assert {"history"} <= {r.get("source") for r in rows if r["type"] == "step"}
@@ -551,7 +551,7 @@ async def test_the_app_shows_where_a_draft_came_from(tmp_path, settings, seeded,
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = pilot.app
         await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
-        assert app.backend.engine.wait_for_history(60)
+        assert app.backend.engine.wait_for_stored_chats(60)
         view = await ask_in_app(pilot, TURNS[0])
         assert (view.record.tokens, view.record.text) == plain.chat(TURNS[:1])[0]
         await pilot.pause()
@@ -569,7 +569,7 @@ async def test_the_app_shows_where_a_draft_came_from(tmp_path, settings, seeded,
         assert any(f"from a stored reply of chat {origin[0]}" in line for line in lines)
         # The app gives its session the store after making the controller: a chat deleted there is forgotten too.
         app.session.store.delete(origin[0])
-        assert origin[0] in app.backend.engine.history.forgotten
+        assert origin[0] in app.backend.engine.stored_chats.forgotten
 
 
 def front_end_env(tmp_path: Path, seeded: Path) -> dict[str, str]:
@@ -616,25 +616,25 @@ def test_the_tokens_of_stored_replies_are_kept_between_starts_and_a_deleted_chat
     db = tmp_path / "chats.sqlite3"
     shutil.copy(seeded, db)
     first = make_engine("suffix", n_max=4)
-    first.learn_history(partial(stored_replies, db))
-    assert first.wait_for_history(60)
+    first.learn_stored_chats(partial(stored_replies, db))
+    assert first.wait_for_stored_chats(60)
     cache = paths.cache_dir() / "history" / f"{first.target.identity}.npz"
     assert cache.stat().st_mode & 0o777 == 0o600
     kept = TokenCache(cache)
     replies = list(stored_replies(db))
     for reply in replies:  # every reply is in the file, as its index holds it
         assert kept.get(document_key(reply, first.target.identity, first.template)[0]) is not None
-    expected = first.history.index.text.tolist()
+    expected = first.stored_chats.index.text.tolist()
     gone = replies[0].origin[0]
     store = Store(db)
     store.delete(gone)
     store.close()
     second = make_engine("suffix", n_max=4)
-    second.learn_history(partial(stored_replies, db))
-    assert second.wait_for_history(60)
+    second.learn_stored_chats(partial(stored_replies, db))
+    assert second.wait_for_stored_chats(60)
     left = [r for r in replies if r.origin[0] != gone]
-    assert second.history.index.documents == len(left)
-    assert len(second.history.index.text) < len(expected)
+    assert second.stored_chats.index.documents == len(left)
+    assert len(second.stored_chats.index.text) < len(expected)
     again = TokenCache(cache)
     assert again.get(document_key(replies[0], first.target.identity, first.template)[0]) is None
 
@@ -643,7 +643,7 @@ def test_a_private_chat_is_drafted_from_no_more_now_or_at_the_next_start(tmp_pat
     with Run(tmp_path, seeded) as run:
         run.controller.new_chat()
         run.ask(TURNS[0])
-        used = {s.origin[0] for s in run.steps(DraftSource.HISTORY)}
+        used = {s.origin[0] for s in run.steps(DraftSource.STORED_CHAT)}
         assert used
         env = front_end_env(tmp_path / "cli", run.db)
         for chat_id in used:  # as a user marks them: the command line, on the database the app has open
@@ -657,7 +657,7 @@ def test_a_private_chat_is_drafted_from_no_more_now_or_at_the_next_start(tmp_pat
         run.events.clear()
         run.controller.new_chat()
         run.ask(TURNS[0])
-        assert not {s.origin[0] for s in run.steps(DraftSource.HISTORY)} & used
+        assert not {s.origin[0] for s in run.steps(DraftSource.STORED_CHAT)} & used
 
 
 def test_a_damaged_token_cache_is_read_as_empty_and_written_anew(make_engine, tmp_path, seeded):
@@ -665,9 +665,9 @@ def test_a_damaged_token_cache_is_read_as_empty_and_written_anew(make_engine, tm
     cache = paths.cache_dir() / "history" / f"{engine.target.identity}.npz"
     cache.parent.mkdir(parents=True)
     cache.write_bytes(b"PK\x03\x04 not a zip at all")
-    engine.learn_history(partial(stored_replies, seeded))
-    assert engine.wait_for_history(60) and engine.history.problem == ""
-    assert engine.history.index.documents == len(list(stored_replies(seeded)))
+    engine.learn_stored_chats(partial(stored_replies, seeded))
+    assert engine.wait_for_stored_chats(60) and engine.stored_chats.problem == ""
+    assert engine.stored_chats.index.documents == len(list(stored_replies(seeded)))
     reply = next(iter(stored_replies(seeded)))
     assert TokenCache(cache).get(document_key(reply, engine.target.identity, engine.template)[0])  # written anew
 
@@ -689,7 +689,7 @@ def test_suffix_on_a_managed_llama_server_drafts_from_lookup_caches_of_the_store
     try:
         backend = controller.backend
         assert b"--lookup-cache-static" not in server_flags(backend)  # being written: the first reply never waits
-        backend.learn_history(partial(stored_replies, db), wait=True)  # as `ask` waits, so the test knows when
+        backend.learn_stored_chats(partial(stored_replies, db), wait=True)  # as `ask` waits, so the test knows when
         flags = server_flags(backend)
         static = Path(flags[flags.index(b"--lookup-cache-static") + 1].decode())
         assert b"--lookup-cache-dynamic" in flags and read_lookup_cache(static)
@@ -706,7 +706,7 @@ def test_suffix_on_a_managed_llama_server_drafts_from_lookup_caches_of_the_store
         record = ask(controller, MULTIBYTE[0])
         assert (record.tokens, record.text) == plain.chat(MULTIBYTE[:1])[0]
         assert b"--lookup-cache-static" not in server_flags(backend)  # the reply after the deletion: no caches
-        backend.learn_history(partial(stored_replies, db), wait=True)
+        backend.learn_stored_chats(partial(stored_replies, db), wait=True)
         assert b"--lookup-cache-static" in server_flags(backend)
     finally:
         close(controller)

@@ -11,7 +11,9 @@ import pytest
 
 from recorded import load
 from specchat.engine.events import ReplyFinished, StepVerified, TokenEmitted
-from specchat.chats.store import SCHEMA_VERSION, DamagedDatabase, Store, StoredMessage, StoreError, open_store
+from specchat.chats.store import SCHEMA_VERSION, DamagedDatabase, Store, StoreError
+from specchat.chats.store_rows import StoredMessage
+from specchat.chats.store_opening import open_store
 from specchat.telemetry import memory
 from specchat.engine.reference import PlainReference
 from specchat.telemetry.live import LiveTelemetry

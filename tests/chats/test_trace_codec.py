@@ -8,7 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from specchat.chats.trace import EVENTS, TYPES, events_of, line_of, row_of
+from specchat.chats.trace import EVENTS, TYPES, events_of, line_of, row_of, stats_of
 from specchat.engine import events as engine_events
 from specchat.engine.events import (Candidate, ContextTrimmed, DraftRejected, DraftSource, Judgement, ReplyFinished,
                                     ReplyStarted, SpeculationChanged, SpeculationState, StepVerified,
@@ -39,7 +39,7 @@ def sample_events() -> list:
         DraftRejected((11, 12), "ab", 1, ("a", "b")),
         DraftRejected((13,), "c", 2),
         StepVerified(1, 4, 3, 0, 0, 4, 30),
-        StepVerified(2, 3, 3, 1, 2, 4, 34, DraftSource.HISTORY, (2, 5)),
+        StepVerified(2, 3, 3, 1, 2, 4, 34, DraftSource.STORED_CHAT, (2, 5)),
         StepVerified(3, 2, 1, 0, 0, 4, 36, DraftSource.CONVERSATION),
         PlainMeasured(131.25, 40, 1.5e-05, False),
         ReplyFinished("¡猫é🙂", "stop", stats),
@@ -73,7 +73,7 @@ def test_every_event_of_the_engine_has_a_type_and_every_kind_is_in_the_fixture()
 
 def test_a_row_without_a_later_field_reads_as_its_default():
     """A step row from before drafts had a source, a token row from before judgements had an origin."""
-    step = {"type": "step", "step": 1, "drafted": 2, "accepted": 1, "ignored": 0, "withheld": 0, "n_max": 4,
+    step = {"type": "step", "step": 1, "drafted": 2, "accepted": 1, "ignored": 0, "withheld": 0, "draft_length": 4,
             "context_used": 9}
     token = {"type": "token", "text": "ñ", "token": 5, "kind": "accepted", "step": 1, "elapsed": 0.5,
              "position": 0, "top": [["ñ", 0.5]], "top_ids": [5], "match": 2, "copied": "ñandú", "remembered": False}
@@ -85,3 +85,14 @@ def test_a_row_without_a_later_field_reads_as_its_default():
     assert step_event.source is None and step_event.origin is None and emptied.origin is None
     assert token_event.judgement.origin is None and token_event.judgement.copied == "ñandú"
     assert started_event.estimated_tokens is False and started_event.speculation.reason == ""
+
+
+def test_rows_stored_before_the_draft_length_was_named_apart_read_as_today():
+    """Until issue #49 the length in use was written as "n_max", the profile's cap's name: a stored reply keeps it, and
+    reads as today's ``draft_length`` (steps and the summary alike)."""
+    step = {"type": "step", "step": 1, "drafted": 2, "accepted": 1, "ignored": 0, "withheld": 0, "n_max": 4,
+            "context_used": 9}
+    summary = {"type": "summary", "text": "", "finish_reason": "stop", "method": "ngram", "n_max": 7, "drafted": 2}
+    step_event, finished = events_of([step, summary])
+    assert step_event.draft_length == 4 and finished.stats.draft_length == 7
+    assert stats_of({"n_max": 3}).draft_length == 3 and stats_of({"n_max": 3, "draft_length": 5}).draft_length == 5

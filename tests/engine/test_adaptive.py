@@ -1,19 +1,20 @@
-"""How "auto" is fed each step (engine/draft_length/adaptive.py) and the combined drafter's choice
+"""How "auto" is fed each step (engine/draft_length/auto_length.py) and the combined drafter's choice
 (engine/drafters/combined.py), on synthetic steps: what each policy learns from, which steps are plain or longer, and what is kept."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from specchat.engine.draft_length.adaptive import (CALIBRATE_EVERY, EXPLORE_EVERY, EXPLORE_FROM, REPRICE_EVERY, Adaptive,
+from specchat.engine.draft_length.auto_length import (CALIBRATE_EVERY, EXPLORE_EVERY, EXPLORE_FROM, REPRICE_EVERY, Adaptive,
                                                  judged_against, lengthened)
-from specchat.engine.draft_length.auto import VerifyCost
-from specchat.engine.draft_length.memory import AutoMemory
+from specchat.engine.draft_length.policies import VerifyCost
+from specchat.engine.draft_length.learned_store import LearnedStore
 from specchat.engine.drafters import METHODS, NO_DRAFT, Draft
 from specchat.engine.drafters.combined import CopyThenModel
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.draft_length.learned_costs import LEARN_STEPS, LearnedVerifyCost
-from specchat.engine.loop import Rules, StepOutcome
+from specchat.engine.loop import StepOutcome
+from specchat.engine.rules import Rules
 from specchat.engine.sampling import SamplingParams
 
 SWEEP = VerifyCost((1, 2, 4, 8, 16, 32, 65), (0.01, 0.018, 0.027, 0.045, 0.08, 0.16, 0.33), exact=65)
@@ -22,8 +23,8 @@ K_MAX = {"draft": 16, "ngram": 64}
 
 def adaptive(tmp_path, method: str = "ngram+draft") -> Adaptive:
     return Adaptive.open(LearnedVerifyCost(SWEEP), METHODS[method].copies, K_MAX, 0.004 if "draft" in method else None,
-                         AutoMemory(tmp_path / "memory.json"), "auto|test", "costs|test", depth=0,
-                         recalls=METHODS[method].reads_history)
+                         LearnedStore(tmp_path / "memory.json"), "auto|test", "costs|test", depth=0,
+                         recalls=METHODS[method].reads_stored_chats)
 
 
 def step(drafted: int, accepted: int, token: int, tokens: list[int], copied: bool, match: int = 0) -> StepOutcome:
@@ -195,7 +196,7 @@ def test_a_draft_model_is_priced_as_slowed_as_the_targets_step(tmp_path):
     that cannot pay looked as if it might once the target's step had slowed by half, and "auto" probed it — on
     Spec-Bench's stem-149 one probe's catch-up over the context took 0.8 s of a 4.5 s reply (the embedded pair, 0.89×
     of plain)."""
-    auto = Adaptive.open(LearnedVerifyCost(SWEEP), False, K_MAX, 0.006, AutoMemory(tmp_path / "memory.json"),
+    auto = Adaptive.open(LearnedVerifyCost(SWEEP), False, K_MAX, 0.006, LearnedStore(tmp_path / "memory.json"),
                          "auto|test", "costs|test", depth=0)
     assert auto.acceptance.hopeless  # even a draft always right would not run faster than plain decoding
     for i in range(40):

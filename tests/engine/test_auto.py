@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from specchat.engine.draft_length.auto import (HAZARD_CLASSES, SLOW_START, AutoDraftLength, MatchHazards, VerifyCost,
+from specchat.engine.draft_length.policies import (HAZARD_CLASSES, SLOW_START, AutoDraftLength, MatchHazards, VerifyCost,
                                   expected_tokens)
 from specchat.engine.draft_length.costs import CostCache, measure_verify_cost
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from specchat.engine.draft_length.adaptive import CALIBRATE_EVERY, lengthened
-from specchat.engine.draft_length.auto import AutoDraftLength, MatchHazards, VerifyCost
+from specchat.engine.draft_length.auto_length import CALIBRATE_EVERY, lengthened
+from specchat.engine.draft_length.policies import AutoDraftLength, MatchHazards, VerifyCost
 from specchat.engine.draft_length.learned_costs import CLIP, LEARN_STEPS, LearnedDraftCost, LearnedVerifyCost
 
 SIZES = (1, 2, 4, 8, 16, 32, 48, 64)

@@ -7,7 +7,8 @@ import pytest
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.events import TokenKind
 from specchat.engine.llama import SequenceCache
-from specchat.engine.loop import Rules, speculate
+from specchat.engine.loop import speculate
+from specchat.engine.rules import Rules
 from specchat.engine.sampling import SamplingParams
 
 EOS = 99

@@ -11,7 +11,7 @@ import pytest
 from helpers import BusyLoops
 
 from specchat.engine.draft_length import costs
-from specchat.engine.draft_length.auto import VerifyCost
+from specchat.engine.draft_length.policies import VerifyCost
 from specchat.engine.draft_length.costs import CostCache, measure_verify_cost, probe_verify_cost
 
 SIZES = (1, 2, 4, 8, 16)

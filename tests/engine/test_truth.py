@@ -16,7 +16,8 @@ from specchat.engine.core import Engine
 from specchat.engine.drafters.model import ModelDrafter
 from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted, TokenKind
 from specchat.engine.llama import SequenceCache
-from specchat.engine.loop import Rules, speculate
+from specchat.engine.loop import speculate
+from specchat.engine.rules import Rules
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.stats import ReplyStats
 
@@ -376,7 +377,7 @@ def test_verify_batches_stay_within_what_this_backend_computes_exactly(make_engi
     from specchat.engine.llama import Context, Model
 
     engine = make_engine("ngram", n_max=64)
-    cap = engine.max_verify
+    cap = engine.speculation.max_verify
     assert cap is not None and cap >= 8
     text = ("The lighthouse at Cape Morrow was built in 1872 to guide ships around a reef that had claimed more than"
             " forty vessels. For over a century, keepers lived in a small stone house beside the tower.")

@@ -21,7 +21,8 @@ from specchat import paths
 from specchat.app.chat_app import make_app
 from specchat.app.settings import Settings
 from specchat.app.widgets.reply import ReplyView
-from specchat.chats.store import Store, StoredMessage
+from specchat.chats.store import Store
+from specchat.chats.store_rows import StoredMessage
 from specchat.colours import PROVENANCE
 from specchat.engine.events import TokenKind
 from specchat.repl.commands import PromptCompleter

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import cli
 from specchat import profiles
-from specchat.backends.llama_server import server_args
+from specchat.backends.server_flags import server_args
 from specchat.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")

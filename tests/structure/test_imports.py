@@ -1,7 +1,7 @@
 """The package's structure, read from its source: the engine imports nothing above it (no arrow up), and no module
-imports another at load time that imports it back, directly or round a ring (no circle at run time). Imports made
-only for a type checker (``if TYPE_CHECKING:``) do not run and do not count; one made inside a function runs when
-called, and only those named in ``LAZY`` may be (each for the start-up time it saves, never to dodge a circle)."""
+imports another that imports it back, directly or round a ring — at load time, inside a function or only for a type
+checker (``if TYPE_CHECKING:``): a circle a type checker needs is a circle a reader walks (issue #49). An import made
+inside a function runs when called, and only those named in ``LAZY`` may be (each for the start-up time it saves)."""
 
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
-def imports(name: str) -> tuple[set[str], set[str]]:
-    """What ``name`` imports when it loads, and what it imports inside functions (specchat modules only)."""
-    path, at_load, inside = MODULES[name], set(), set()
+def imports(name: str) -> tuple[set[str], set[str], set[str]]:
+    """What ``name`` imports when it loads, what inside functions, and what only for a type checker (specchat modules
+    only)."""
+    path, at_load, inside, typing_only = MODULES[name], set(), set(), set()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
 
     def targets(node: ast.Import | ast.ImportFrom) -> set[str]:
@@ -48,6 +49,9 @@ def imports(name: str) -> tuple[set[str], set[str]]:
     def visit(nodes: list[ast.stmt], in_function: bool) -> None:
         for node in nodes:
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                for inner in ast.walk(node):
+                    if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                        typing_only.update(targets(inner))
                 visit(node.orelse, in_function)
                 continue
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -62,13 +66,13 @@ def imports(name: str) -> tuple[set[str], set[str]]:
                 visit(handler.body, nested)
 
     visit(ast.parse(path.read_text()).body, False)
-    return at_load, inside
+    return at_load, inside, typing_only
 
 
 def test_the_engine_imports_nothing_above_it():
     up = {name: sorted(t for t in at_load | inside if not t.startswith("specchat.engine") and t not in BASE)
           for name in MODULES if name.startswith("specchat.engine")
-          for at_load, inside in [imports(name)]}
+          for at_load, inside, _typing in [imports(name)]}
     assert {name: found for name, found in up.items() if found} == {}
 
 
@@ -101,8 +105,14 @@ def rings(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_module_imports_itself_back_at_load_time():
-    assert rings({name: imports(name)[0] for name in MODULES}) == []
+# The one ring left: the app's mixins and the host protocol they share with SpecchatApp — to go when the app is widgets
+# that own their state (issue #49), and only then to leave this list.
+STILL_RINGED = [["specchat.app.chat_actions", "specchat.app.chat_app", "specchat.app.editing", "specchat.app.host",
+                 "specchat.app.inspecting", "specchat.app.streaming", "specchat.app.switching"]]
+
+
+def test_no_module_imports_itself_back_but_the_ring_still_listed():
+    assert rings({name: set().union(*imports(name)) for name in MODULES}) == STILL_RINGED
 
 
 def test_imports_inside_functions_are_only_the_listed_ones():
@@ -111,7 +121,9 @@ def test_imports_inside_functions_are_only_the_listed_ones():
 
 
 def test_the_checks_see_what_they_look_for():
-    """The reader finds a real import, and the ring finder the ring the REPL's shell and commands once made."""
+    """The reader finds a real import, and the ring finder the ring the REPL's shell and commands once made (the
+    commands are given to the shell now: ``repl.make_repl``)."""
     assert "specchat.backends.run_config" in imports("specchat.backends.local")[0]
-    assert "specchat.repl.commands" in imports("specchat.repl.shell")[0]
+    assert "specchat.repl.commands" in imports("specchat.repl")[0]
+    assert "specchat.engine.llama" in imports("specchat.engine.chat_template")[2]  # under TYPE_CHECKING
     assert rings({"shell": {"commands"}, "commands": {"shell", "render"}, "render": set()}) == [["commands", "shell"]]

@@ -30,7 +30,7 @@ def mb(value: float | None) -> str:
 
 def draft_length(stats: Any) -> str:
     """The draft length a reply ran with: "auto" for the adaptive policy (the length it chose last is no setting)."""
-    return "auto" if stats.adaptive else str(stats.n_max)
+    return "auto" if stats.adaptive else str(stats.draft_length)
 
 
 def looped(span: int, tokens: int, estimated: bool = False) -> str:

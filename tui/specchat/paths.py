@@ -27,12 +27,6 @@ def bundled_profiles_dir() -> Path:
     return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "profiles"
 
 
-def spec_bench_questions() -> Path:
-    """Spec-Bench's question file: packaged with specchat, or under the project's benchmarks/ in an editable install."""
-    packaged = Path(__file__).parent / "spec_bench" / "question.jsonl"
-    return packaged if packaged.is_file() else Path(__file__).resolve().parents[2] / "benchmarks" / "spec_bench" / "question.jsonl"
-
-
 def user_profiles_dir() -> Path:
     return config_dir() / "profiles"
 
@@ -67,6 +61,6 @@ def verify_costs_file() -> Path:
     return cache_dir() / "verify-costs.json"
 
 
-def auto_memory_file() -> Path:
-    """What ``n_max = "auto"`` learned, kept between processes (engine/draft_length/memory.py)."""
-    return cache_dir() / "auto-memory.json"
+def auto_learned_file() -> Path:
+    """What ``n_max = "auto"`` learned, kept between processes (engine/draft_length/learned_store.py)."""
+    return cache_dir() / "auto-memory.json"  # (named before "memory" meant only memory: kept, so nothing learned is lost)

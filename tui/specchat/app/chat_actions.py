@@ -54,7 +54,7 @@ class ChatActions(MixinBase):
             self.open_conversation(conversation_id)
             if position is not None and words and self.session.id == conversation_id:
                 try:  # the search may have found it in a version not shown, or in one nested inside that version
-                    position = self.controller.show_hit(position, version, words)
+                    position = self.controller.session.show_hit(position, version, words)
                 except SpecchatError as exc:
                     self.notify(str(exc), severity="warning")
                 self.show_turns()

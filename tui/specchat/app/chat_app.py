@@ -1,15 +1,11 @@
-"""The specchat Textual app: presentation and threading over the chat controller the REPL uses too.
-
-Data flows one way: backend → events → records and telemetry → widgets. The chat flow — profiles and backends, the
-exchange, the record, the store, A/B, the plain reference — is ``ChatController``'s; the app draws what it holds.
-Every call into the backend runs on the engine thread (``EngineThread``); its events collect in an inbox that the UI
-drains once per frame into an ``EventsArrived`` message.
+"""The specchat Textual app: presentation over the chat flow the REPL uses too (``chats``: the controller, the
+switcher, the replies). Data flows one way: backend → events → records and telemetry → widgets. Every call into the
+backend runs on ``chats.replies.Replies``' worker thread; a reply comes up a frame at a time (``FrameArrived``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -21,14 +17,16 @@ from textual.reactive import var
 from textual.screen import Screen
 
 from ..chats.ab import ABResult
-from ..chats.controller import ChatController, ControllerViews, Switched
-from ..chats.exchange import Failure
+from ..chats.controller import ChatController, ControllerViews
+from ..chats.switcher import Switched
 from ..chats.records import ReplyRecord, UserTurn
+from ..chats.replies import Activity, Frame, Replies
 from ..chats.session import ChatSession
-from ..chats.store import Store, StoreError, open_store
+from ..chats.store import Store, StoreError
+from ..chats.store_opening import open_store
 from ..errors import SpecchatError
 from ..profiles import Profile, load_profile
-from .engine_thread import Activity, EngineThread, lower_ui_priority
+from .priority import lower_ui_priority
 from .chat_actions import ChatActions
 from .editing import EditingActions
 from .streaming import EXIT_WAIT_S, ReplyStreaming
@@ -55,17 +53,17 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
     CSS_PATH = "specchat.tcss"
     BINDINGS = APP_BINDINGS
     TITLE = "specchat"
-    # What the engine thread is doing for the UI (None: nothing), and the line the sidebar shows under the profile
+    # What the worker thread is doing for the UI (None: nothing), and the line the sidebar shows under the profile
     # (loading…, an edit in progress, a failed load): the sidebar follows both.
     busy: var[Activity | None] = var(None, init=False)
     status: var[str] = var("", init=False)
 
-    class EventsArrived(Message):
-        """Engine events of one frame, drained from the engine thread's inbox."""
+    class FrameArrived(Message):
+        """A reply's events of one frame, in its record and telemetry already (``Replies.frame``)."""
 
-        def __init__(self, events: list[object]) -> None:
+        def __init__(self, frame: Frame) -> None:
             super().__init__()
-            self.events = events
+            self.frame = frame
 
     class ProfileLoaded(Message):
         def __init__(self, switched: Switched) -> None:
@@ -85,15 +83,8 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             super().__init__()
             self.error = error
 
-    class ReplyFailed(Message):
-        """The backend stopped a reply with an error."""
-
-        def __init__(self, failure: Failure) -> None:
-            super().__init__()
-            self.failure = failure
-
     class EngineFailed(Message):
-        """An engine job raised; the engine thread goes on with the next one."""
+        """An engine job raised; the worker thread goes on with the next one."""
 
         def __init__(self, error: str) -> None:
             super().__init__()
@@ -114,8 +105,7 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
         self.views: dict[int, ReplyView | UserMessage] = {}  # id(turn) → its widget
         self.memory_snapshot: MemorySnapshot | None = None
         self._named: Profile | None = None  # the profile asked for, before anything is loaded
-        self.engine_thread = EngineThread(lambda error: self.post_message(self.EngineFailed(error)))
-        self.inbox: deque[object] = deque()  # filled by the engine thread, drained by the UI each frame
+        self.replies = Replies(self.controller, lambda error: self.post_message(self.EngineFailed(error)))
         self.remapped: dict[str, str] = {}  # binding id → keys, from keymap.toml
 
     @property
@@ -193,9 +183,9 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             view.remove()
 
     def on_mount(self) -> None:
-        self.engine_thread.start()
+        self.replies.start()
         lower_ui_priority()
-        self.frame_timer = self.set_interval(FRAME_S, self._drain_inbox, pause=True)
+        self.frame_timer = self.set_interval(FRAME_S, self._next_frame, pause=True)
         # A chat that fitted may overflow once the terminal narrows: it then shows its end, where the reader was, not
         # its top. (An anchored chat keeps its end by itself; one scrolled up is released and keeps its place.)
         self.watch(self.chat, "virtual_size", self.follow_chat, init=False)
@@ -241,7 +231,7 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
         facts = self.controller.facts
         named = self.profile or self._named
         name = named.name if named else self.session.profile or "(no profile)"
-        method = self.controller.method if facts or not named else named.method
+        method = self.controller.switcher.method if facts or not named else named.method
         tip = self.controller.advice()
         said = ""
         if tip is not None:
@@ -299,7 +289,7 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             self.session.save()
         else:
             self._resume()
-        self.engine_thread.submit(self.controller.store_opened)
+        self.replies.submit(self.controller.store_opened)
 
     def _resume(self) -> None:
         """The last chat reopened, when the settings say so."""
@@ -317,12 +307,12 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
     def _store_problem(self, line: str, error: bool) -> None:
         self.notify(line, severity="error" if error else "information", timeout=20 if error else 8)
 
-    # -- the engine thread -------------------------------------------------------------------------------------------
+    # -- the worker thread -------------------------------------------------------------------------------------------
 
     def run_job(self, activity: Activity, status: str, job: Callable[[], None]) -> None:
-        """Run ``job`` on the engine thread; it posts its own result, or EngineFailed if it raises."""
+        """Run ``job`` on the backend's worker thread; it posts its own result, or EngineFailed if it raises."""
         self.set_job(activity, status)
-        self.engine_thread.submit(job)
+        self.replies.submit(job)
 
     def job_done(self) -> None:
         self.set_job(None, "")
@@ -429,10 +419,10 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             try:
                 result = comparison.run()
             except SpecchatError as exc:  # e.g. a remote server, whose speculation cannot be switched off from here
-                controller.refresh_facts()
+                controller.switcher.refresh_facts()
                 self.post_message(self.ABFinished(None, str(exc)))
                 return
-            controller.refresh_facts()  # a managed server was restarted twice: another pid, another port
+            controller.switcher.refresh_facts()  # a managed server was restarted twice: another pid, another port
             self.post_message(self.ABFinished(result))
 
         self.run_job(Activity.COMPARING, "A/B: rerunning without speculation… (Esc stops it)", job)
@@ -449,15 +439,14 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
         self.job_done()
 
     def on_unmount(self) -> None:
-        self._finish_for_exit()
-        self.engine_thread.submit(self.controller.close)
-        self.engine_thread.stop()
-        self.engine_thread.join(EXIT_WAIT_S)
+        """Quitting, mid-reply or not: what the reply produced is kept, marked interrupted; the backend closes on the
+        worker, after what it was doing (``Replies.close``)."""
+        self.replies.close(EXIT_WAIT_S)
 
     @property
     def engine_running(self) -> bool:
-        """Whether the engine thread is still busy (a backend that hung): then nothing may free its models."""
-        return self.engine_thread.is_alive()
+        """Whether the worker is still busy (a backend that hung): then nothing may free its models."""
+        return self.replies.working
 
 
 def make_app(settings: Settings | None = None) -> SpecchatApp:

@@ -91,7 +91,7 @@ class EditingActions(MixinBase):
                         severity="warning")
             return
         try:
-            shown, count = self.controller.show_alternative(index, step)
+            shown, count = self.controller.session.step_alternative(index, step)
         except SpecchatError as exc:
             self.notify(str(exc), severity="warning")
             return

@@ -5,7 +5,6 @@ that every ``self.`` name a mixin uses is its own or declared here."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
     from ..chats.session import ChatSession
     from ..profiles import Profile
     from .chat_app import SpecchatApp
-    from .engine_thread import Activity, EngineThread
+    from ..chats.replies import Activity, Replies
     from .settings import Settings
     from .widgets.reply import ReplyView, UserMessage
 
@@ -33,16 +32,14 @@ class AppHost(Protocol):
     # -- the app's state (chat_app.SpecchatApp) --------------------------------------------------------------------
     settings: Settings
     controller: ChatController
-    engine_thread: EngineThread
-    busy: Activity | None  # what the engine thread is doing for the UI
+    replies: Replies  # the backend's worker thread and the reply's frames
+    busy: Activity | None  # what the worker is doing for the UI
     status: str  # the line the sidebar shows under the profile
     markdown: bool
-    inbox: deque[object]  # events from the engine thread, drained each frame
     views: dict[int, ReplyView | UserMessage]  # id(turn) → its widget
     frame_timer: Timer
 
-    EventsArrived: type[SpecchatApp.EventsArrived]
-    ReplyFailed: type[SpecchatApp.ReplyFailed]
+    FrameArrived: type[SpecchatApp.FrameArrived]
     ProfileLoaded: type[SpecchatApp.ProfileLoaded]
     LoadPhaseBegun: type[SpecchatApp.LoadPhaseBegun]
     LoadFailed: type[SpecchatApp.LoadFailed]

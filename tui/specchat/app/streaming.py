@@ -1,18 +1,18 @@
-"""The app's replies: a message sent (or refused while the app is busy), its exchange answered on the engine thread,
-the events it produced drawn once per frame, a failure shown and undone, Esc, and a quit mid-reply that saves it.
+"""The app's replies: a message sent (or refused while the app is busy), its exchange answered by ``Replies``, each
+frame of it drawn, a failure shown and undone, and Esc.
 
-A mixin of ``SpecchatApp``: the engine thread appends every event to the app's inbox and never waits on the UI; the
-UI drains the inbox on its own clock (``chat_app.FRAME_S``) into an ``EventsArrived`` message, and the chat controller turns the
-events into the reply's record and the telemetry.
+A mixin of ``SpecchatApp``: on the UI's own clock (``chat_app.FRAME_S``) the app takes the reply's next frame —
+its events already in the record and telemetry — as a ``FrameArrived`` message, and draws it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..chats.exchange import Exchange
+from ..chats.exchange import Exchange, Failure
+from ..chats.replies import Activity
 from ..errors import SpecchatError
-from .engine_thread import Activity, settle_garbage
+from .priority import settle_garbage
 from .host import MixinBase
 from .widgets.prompt import PromptInput
 
@@ -23,7 +23,7 @@ EXIT_WAIT_S = 60.0  # every long operation stops when cancelled; this only bound
 
 
 class ReplyStreaming(MixinBase):
-    """Mixed into ``SpecchatApp`` (its ``controller``, ``busy``, ``run_job``, inbox, views and sidebar)."""
+    """Mixed into ``SpecchatApp`` (its ``controller``, ``replies``, ``busy``, views and sidebar)."""
 
     def submit(self, text: str) -> None:
         if not text.strip():
@@ -31,7 +31,7 @@ class ReplyStreaming(MixinBase):
         if self.busy is Activity.LOADING and self.editing is None:
             self.query_one(PromptInput).hold(text)  # sent once the model is loaded (``send_waiting``)
             return
-        why = self.why_busy() or self.controller.why_not_send()
+        why = self.why_busy() or self.controller.switcher.why_not_send()
         if why:
             self.notify(why, severity="warning")
             self.query_one(PromptInput).load_text(text)
@@ -53,7 +53,7 @@ class ReplyStreaming(MixinBase):
         if prompt is None or not prompt.waiting:  # None: a load that ended as the app quit, its widgets gone
             return
         text = prompt.release()
-        if self.controller.why_not_send() is None:
+        if self.controller.switcher.why_not_send() is None:
             prompt.clear()
             self.submit(text)
         else:
@@ -68,22 +68,15 @@ class ReplyStreaming(MixinBase):
         return None
 
     def start_exchange(self, exchange: Exchange) -> None:
-        """Show the exchange the controller began, then answer it on the engine thread."""
+        """Show the exchange the controller began, then have it answered (``Replies.answer``)."""
         self.forget_views()
         for turn in self.session.turns[-2:]:
             if id(turn) not in self.views:
                 self.mount_turn(turn)
         self.chat.scroll_end(animate=False)
         self._streaming(True)
-        controller = self.controller
-
-        def job() -> None:
-            failure = exchange.run(self.inbox.append)  # all the engine thread does per event: it never waits on the UI
-            controller.refresh_facts()
-            if failure is not None:
-                self.post_message(self.ReplyFailed(failure))
-
-        self.run_job(Activity.GENERATING, "", job)
+        self.set_job(Activity.GENERATING, "")
+        self.replies.answer(exchange)
 
     def _streaming(self, on: bool) -> None:
         """Frames run while a reply streams; the prompt's cursor stops blinking then, since each blink is a frame."""
@@ -93,51 +86,44 @@ class ReplyStreaming(MixinBase):
             self.frame_timer.pause()
         self.query_one(PromptInput).cursor_blink = not on
 
-    def _drain(self) -> list[Any]:
-        events = []
-        while self.inbox:
-            events.append(self.inbox.popleft())
-        return events
+    def _next_frame(self) -> None:
+        frame = self.replies.frame()
+        if frame is not None:
+            self.post_message(self.FrameArrived(frame))
 
-    def _drain_inbox(self) -> None:
-        events = self._drain()
-        if events:
-            self.post_message(self.EventsArrived(events))
-
-    def on_specchat_app_events_arrived(self, message: SpecchatApp.EventsArrived) -> None:
-        self._apply_events(message.events)
-        self.follow_chat()
-
-    def _apply_events(self, events: list[Any]) -> None:
-        finished = self.controller.absorb(events)
+    def on_specchat_app_frame_arrived(self, message: SpecchatApp.FrameArrived) -> None:
+        frame = message.frame
+        if frame.failure is not None:
+            self._reply_failed(frame.failure)
+            return
         view = self.last_reply
         if view is not None:
             view.refresh_view()
-            if finished is not None:
+            if frame.finished is not None:
                 view.set_markdown(self.markdown)
-        if finished is not None:
+        if frame.finished is not None:
             self._streaming(False)
             self.job_done()
             self.sample_memory()
             settle_garbage()
         self.refresh_sidebar()
+        self.follow_chat()
 
-    def on_specchat_app_reply_failed(self, message: SpecchatApp.ReplyFailed) -> None:
-        events = self._drain()
-        if events:  # what the engine said before failing (e.g. a trimmed context) still counts
-            self._apply_events(events)
+    def _reply_failed(self, failure: Failure) -> None:
+        """The backend stopped the reply with an error (what it said before, e.g. a trimmed context, still counts)."""
         self._streaming(False)
-        text = self.controller.failed(message.failure)
-        if not message.failure.started:  # refused before it began: the chat as it was (an edit's versions too) …
+        text = self.controller.failed(failure)
+        if not failure.started:  # refused before it began: the chat as it was (an edit's versions too) …
             self.show_turns()
             if text is not None:  # … and what was typed goes back to the prompt (still an edit, if it was one)
                 self.query_one(PromptInput).load_text(text)
                 self.editing = self.edit_sent
         elif self.last_reply is not None:
             self.last_reply.refresh_view()
-        self.notify(message.failure.error, severity="error", timeout=15)
+        self.notify(failure.error, severity="error", timeout=15)
         self.sample_memory()
         self.job_done()
+        self.refresh_sidebar()
 
     def action_cancel(self) -> None:
         """Esc: stops the reply (or A/B) in progress, or withdraws a message waiting for the model (it stays in the
@@ -147,15 +133,7 @@ class ReplyStreaming(MixinBase):
             prompt.release()
             self.notify("withdrawn: it stays in the prompt, not sent")
         elif self.busy in (Activity.GENERATING, Activity.COMPARING):
-            self.controller.cancel_reply()
+            self.replies.cancel()
         elif not self.cancel_edit() and self.selected is not None:
             self.selected = None
             self.show_selection()
-
-    def _finish_for_exit(self) -> None:
-        """Quitting mid-reply: the reply stops at its next step (a prefill mid-batch), the engine thread finishes
-        what it was doing, and everything it produced is saved, the reply marked interrupted. Nothing is freed under
-        a running decode: the backend closes on the engine thread, after that."""
-        self.controller.quitting()
-        self.engine_thread.wait_idle(EXIT_WAIT_S)
-        self.controller.interrupt(self._drain())

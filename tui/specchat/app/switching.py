@@ -1,7 +1,7 @@
 """The app's profile switches: loading one, the quick toggles (speculation, the previous profile, a favourite, the
 sidebar's advice, the draft length), the picker, and what a switch's result shows.
 
-A mixin of ``SpecchatApp``; the chat controller makes each choice and switches on the engine thread, this module
+A mixin of ``SpecchatApp``; the chat controller makes each choice and switches on the worker thread, this module
 only starts the job and shows what it did.
 """
 
@@ -16,7 +16,8 @@ from ..errors import SpecchatError
 from ..engine import phases
 from ..profiles.favourites import favourite
 from .settings import remember_profile
-from .engine_thread import Activity, settle_garbage
+from ..chats.replies import Activity
+from .priority import settle_garbage
 from .host import MixinBase
 from .screens import ProfileScreen
 
@@ -41,7 +42,7 @@ class SwitchingActions(MixinBase):
         def job() -> None:
             try:
                 with phases.told(lambda line: self.post_message(self.LoadPhaseBegun(line))):
-                    switched = controller.switch(choice)
+                    switched = controller.switcher.switch(choice)
             except SpecchatError as exc:
                 self.post_message(self.LoadFailed(str(exc)))
                 return
@@ -83,15 +84,15 @@ class SwitchingActions(MixinBase):
             self.start_load(tip.suggestion)
 
     def action_draft_longer(self) -> None:
-        self._toggle(lambda: self.controller.draft_length(1), "a longer draft…")
+        self._toggle(lambda: self.controller.switcher.draft_cap(1), "a longer draft…")
 
     def action_draft_shorter(self) -> None:
-        self._toggle(lambda: self.controller.draft_length(-1), "a shorter draft…")
+        self._toggle(lambda: self.controller.switcher.draft_cap(-1), "a shorter draft…")
 
     def on_specchat_app_profile_loaded(self, message: SpecchatApp.ProfileLoaded) -> None:
         switched = message.switched
         before = self.controller.choice
-        notes = self.controller.profile_switched(switched)
+        notes = self.controller.switcher.profile_switched(switched)
         remember_profile(self.settings.last_profile, switched.choice.profile)  # the next start opens it
         self.sample_memory()
         settle_garbage()
@@ -107,7 +108,7 @@ class SwitchingActions(MixinBase):
             self.set_job(Activity.LOADING, message.line)
 
     def on_specchat_app_load_failed(self, message: SpecchatApp.LoadFailed) -> None:
-        self.controller.switch_failed()
+        self.controller.switcher.switch_failed()
         self.notify(message.error, severity="error", timeout=20)
         self.sample_memory()
         self.set_job(None, "load failed — previous profile kept" if self.backend else "no model loaded")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..engine.conversation import UNSTORED, ChatKey, Forgotten, Message
-from ..engine.drafters.history import StoredChats
+from ..engine.drafters.stored_chats import StoredChats
 from ..engine.events import Event, SpeculationState
 from ..engine.reference import PlainReference
 from ..errors import SpecchatError, SwitchFailed
@@ -37,8 +37,9 @@ class Backend(Protocol):
         the fix (``offload.cpu_only_warning``); "" otherwise. One of ``notes`` too."""
 
     @property
-    def n_max(self) -> int:
-        """The draft length in use (0 without speculation)."""
+    def draft_length(self) -> int:
+        """The draft length in use (0 without speculation): the cap when it is fixed, "auto"'s latest choice (the cap
+        itself is the configuration's ``spec.n_max``)."""
 
     @property
     def where(self) -> str:
@@ -51,10 +52,10 @@ class Backend(Protocol):
     rejected_tails: bool  # whether DraftRejected events carry the rejected tokens (a server only counts them)
     no_reference: str  # why the last plain_reference() gave None, and what would measure one ("" when it measured)
 
-    def answer(self, history: list[Message], text: str, *, max_tokens: int,
+    def answer(self, earlier: list[Message], text: str, *, max_tokens: int,
                should_stop: Callable[[], bool] = lambda: False, top: int = 0,
                chat: ChatKey = UNSTORED) -> Iterator[Event]:
-        """Reply to ``text`` after ``history`` (the conversation so far, system prompt first), as events. With
+        """Reply to ``text`` after ``earlier`` (the conversation before it, system prompt first), as events. With
         ``top``, each token carries a ``Judgement``: the target's ``top`` best candidates at its position (for the
         token inspector), and what this backend cannot tell about it. ``chat``: the stored chat the reply is in —
         nothing of a private chat is drafted in another."""
@@ -69,7 +70,7 @@ class Backend(Protocol):
         """Plain decoding of this target, measured the way a reply's decode rate is (see ``engine.reference``);
         None where it cannot be measured now."""
 
-    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int, max_tokens: int,
+    def rerun_plain(self, earlier: list[Message], text: str, reused_tokens: int, max_tokens: int,
                     should_stop: Callable[[], bool] = lambda: False) -> tuple[dict[str, Any], list[int]]:
         """A/B: ``text`` again without speculation, from the cache state (``reused_tokens`` of the prompt cached) the
         speculative reply started from; its telemetry summary (with ``finish_reason`` and ``peak_rss``) and tokens.
@@ -85,7 +86,7 @@ class Backend(Protocol):
     def model_files(self) -> dict[str, Path]:
         """Role ("target", "draft") → the model file in use."""
 
-    def learn_history(self, read: StoredChats, *, wait: bool = False) -> None:
+    def learn_stored_chats(self, read: StoredChats, *, wait: bool = False) -> None:
         """The user's earlier chats, for a method that drafts from them ("suffix"): ``read`` yields the stored replies
         and is called off the engine thread, whose replies never wait for it — unless ``wait``, which returns once
         they are indexed (a script's one reply). A backend whose drafting runs elsewhere ignores them."""
@@ -98,8 +99,8 @@ class Backend(Protocol):
 
 
 def open_backend(config: RunConfig, stored: StoredChats | None = None) -> Backend:
-    """The backend a configuration asks for (``[backend] kind``: one of ``kinds.backend_kinds()``); ``stored``: the
-    stored chats it drafts from too, where its method does (``Backend.learn_history``), given before it times
+    """The backend a configuration asks for (``[backend] kind``: one of ``run_config.backend_kinds()``); ``stored``: the
+    stored chats it drafts from too, where its method does (``Backend.learn_stored_chats``), given before it times
     anything."""
     return config.backend_kind.open(config, stored)
 

@@ -59,7 +59,7 @@ class Request:
     max_tokens: int
     n_ctx: int
     state: SpeculationState
-    n_max: int
+    draft_length: int
     top: int = 0  # candidates asked for per token (``n_probs``), for the token inspector
     loop: LoopRule | None = None  # stop a reply that repeats itself, as the engine does
 
@@ -83,7 +83,7 @@ class CompletionStream:
         """The reply as events, in the engine's order; ``should_stop`` ends it between chunks, or mid-prefill."""
         state = request.state
         reply = _Reply(ReplyStats(method=state.method, speculation_active=state.active,
-                                  speculation_reason=state.reason, n_max=request.n_max if state.active else 0,
+                                  speculation_reason=state.reason, draft_length=request.draft_length if state.active else 0,
                                   prompt_tokens=len(request.prompt) if isinstance(request.prompt, list) else 0,
                                   n_ctx=request.n_ctx), perf_counter())
         stream = EventStream(f"{request.url}/completion", self._body(request), request.headers,
@@ -201,7 +201,7 @@ class CompletionStream:
         context = reply.prompt_tokens + len(reply.tokens)
         for step in steps:
             reply.stats.record_step(step.drafted, step.accepted)
-            yield dataclasses.replace(step, n_max=request.n_max, context_used=context)
+            yield dataclasses.replace(step, draft_length=request.draft_length, context_used=context)
 
     def _end(self, reply: _Reply, finish: str | None) -> str:
         text = "".join(reply.pieces)  # as the engine's: an unfinished character's bytes were never shown

@@ -12,20 +12,15 @@ another starts: two copies of a 12 B target do not fit a 12 GB card.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .. import paths
 from ..engine.chat_template import ChatTemplate
 from ..engine.engine_config import SWITCHED_OFF_BY_HAND, without_speculation
 from ..engine.conversation import UNSTORED, ChatKey, Forgotten, Message, TokenWindow, as_dicts
-from ..engine.drafters import METHODS
-from ..engine.drafters.history import StoredChats
+from ..engine.drafters.stored_chats import StoredChats
 from ..engine.cpu import cpu_sample, others_cores
 from ..engine.draft_length.costs import MIN_WINDOW_S, quiet, watched
 from ..engine.events import Event, PlainMeasured, ReplyFinished, SpeculationState, TokenEmitted
@@ -38,77 +33,17 @@ from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
 from .completion import CompletionStream
 from .run_config import RunConfig
 from .held_tokens import PieceIndex
-from .kinds import BackendKind
-from .lookup_cache import LookupCacheBuilder, cache_args
+from .run_config import BackendKind
+from .server_caches import ServerCaches
+from .server_flags import (SERVER_DEFAULT_N_MAX, learns_across_requests, loads_draft, restart_needed, server_args,
+                           spec_type)
 from .offload import asked_gpu_layers, cpu_only_warning
 from .openai_chat import spec_counters
 from .server_api import BY_NAME, CompletionApi, Link, ServerApi, Turn, detect
 from .server_build import find_server, server_build_info
-from .run_folder import run_folder
 from .server_process import ServerProcess
 
 T = TypeVar("T")
-
-DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
-SERVER_DEFAULT_N_MAX = 3  # llama-server's --spec-draft-n-max default
-BATCH = 512
-
-
-def uses_draft_model(kind: str) -> bool:
-    """Whether a spec type (or a comma-separated list of them) loads a separate draft model."""
-    return any(name in DRAFT_MODEL_TYPES for name in kind.split(","))
-
-
-def loads_draft(config: RunConfig) -> bool:
-    """Whether the server loads a second GGUF: a draft model, or the assistant of an MTP target (Gemma 4's)."""
-    kind = spec_type(config)
-    return config.draft is not None and (uses_draft_model(kind) or kind == "draft-mtp")
-
-
-def spec_type(config: RunConfig) -> str:
-    """llama.cpp's spec type for a configuration; method "none" is plain decoding whatever [backend] spec_type says."""
-    if config.spec.method == "none":
-        return "none"
-    return config.backend.spec_type or METHODS[config.spec.method].spec_type
-
-
-def reads_lookup_caches(config: RunConfig) -> bool:
-    """Whether the server drafts with ngram-cache, which reads the stored chats as lookup caches (``lookup_cache``)."""
-    return "ngram-cache" in spec_type(config).split(",")
-
-
-def learns_across_requests(config: RunConfig) -> bool:
-    """Whether the server's drafting keeps what every request said until it stops: its n-gram types hold their tables
-    for the whole process (llama.cpp makes the speculative state once per server)."""
-    return "ngram" in spec_type(config)
-
-
-def server_args(config: RunConfig) -> list[str]:
-    """llama-server's command line for a profile (host and port are added when it starts)."""
-    target, spec, kind = config.target, config.spec, spec_type(config)
-    args = ["-m", str(target.path), "-c", str(config.n_ctx), "-t", str(target.threads), "-tb", str(target.threads),
-            "-ngl", str(target.n_gpu_layers), "-ctk", config.kv_cache, "-ctv", config.kv_cache, "-np", "1", "--metrics",
-            "--no-webui", "--spec-type", kind,
-            # The in-process engine's batches (512 tokens); and a request dropped mid-prompt (Esc) stops within one
-            # of them, where llama-server's default of 2048 kept the server busy with the rest of the prompt.
-            "-b", str(BATCH), "-ub", str(BATCH)]
-    if uses_draft_model(kind) and config.draft is None:
-        raise ConfigError(f"spec type {kind} needs a draft model — set [draft] model in the profile")
-    if loads_draft(config):
-        args += ["-md", str(config.draft.path), "-td", str(config.draft.threads), "-ngld", str(config.draft.n_gpu_layers)]
-    if kind != "none" and isinstance(spec.n_max, int):
-        args += ["--spec-draft-n-max", str(spec.n_max), "--spec-draft-n-min", str(spec.n_min),
-                 "--spec-draft-p-min", str(spec.p_min)]
-    return args + list(config.backend.args)
-
-
-def _restart_needed(running: RunConfig, new: RunConfig) -> bool:
-    """What only a new server process can change: everything but sampling. (llama-server's per-request speculative
-    parameters are compiled out of this build — ``#if 0`` in tools/server/server-schema.cpp — so a new draft length
-    or method means a new process.)"""
-    def fixed(c: RunConfig) -> tuple:  # the loop rule is specchat's, read from the stream
-        return dataclasses.replace(c, sampling=running.sampling, system_prompt=None, loop=None)
-    return fixed(running) != fixed(new)
 
 
 class LlamaServerBackend:
@@ -122,15 +57,9 @@ class LlamaServerBackend:
         self.chat: TokenWindow | None = None
         self.template: ChatTemplate | None = None
         self._template_choice: str | None = None
-        # The stored chats, as lookup caches for a managed server that drafts with ngram-cache (``learn_history``).
-        self._read_history: StoredChats | None = None
-        self._lookup: LookupCacheBuilder | None = None
-        self._lookup_dir: Path | None = None
-        self._forgotten: set[int] = set()
-        self._forget_pending = False  # set by forget from any thread, acted on before the next reply
+        # The stored chats, as lookup caches for a managed server that drafts with ngram-cache (``learn_stored_chats``).
+        self.caches = ServerCaches()
         self._holds_private: ChatKey | None = None  # the private chat whose requests the server's n-gram tables hold
-        self._running_cache_args: list[str] = []
-        self._cache_problem = ""  # why the server runs without the caches it was given
         self._busy_reference = False  # the last plain run ran beside busy cores: it runs again when they are quiet
         try:
             self._open(config)
@@ -139,14 +68,14 @@ class LlamaServerBackend:
             raise
         self._running = config  # what the server process was started with
         if stored is not None:
-            self.learn_history(stored)
+            self.learn_stored_chats(stored)
 
     def _open(self, config: RunConfig) -> None:
         """Start (managed) or reach (remote) the server for ``config``; the tokenizer and the conversation are kept
         when the target and its template stay, so a restart keeps a trimmed chat's window."""
         backend, kind = config.backend, config.backend_kind
         self.key_env = backend.api_key_env
-        self.headers = self._auth(backend.api_key_env)
+        self.headers = auth_headers(backend.api_key_env)
         self._props: dict[str, Any] = {}
         local = not kind.own_models or config.target.path.is_file()
         same_vocab = self._vocab is not None and local and self._vocab.path == config.target.path
@@ -155,11 +84,11 @@ class LlamaServerBackend:
             # The vocabulary first: a GGUF llama.cpp cannot read is one line here, not a server that died at start.
             self._vocab = Model(config.target.path, role="target", vocab_only=True) if local else None
         if kind.starts_process:
-            caches = self._ready_cache_args(config)
+            caches = self.caches.ready_args(config)
             announce(f"starting llama-server with {config.target.path.name} (it loads the model before it answers)")
             self.process = ServerProcess(find_server(backend.binary), server_args(config) + caches,
                                          ready_timeout=backend.ready_timeout)
-            self._running_cache_args = caches
+            self.caches.running_args = caches
             self._holds_private = None  # a new process holds no request yet
             self.url = self.process.url
         else:
@@ -195,16 +124,6 @@ class LlamaServerBackend:
             self._vocab.close()
             self._vocab = None
 
-    @staticmethod
-    def _auth(key_env: str | None) -> dict[str, str]:
-        if key_env is None:
-            return {}
-        key = os.environ.get(key_env)
-        if not key:
-            raise ConfigError(f"${key_env} is not set — put the server's API key in it ([backend] api_key_env names"
-                              " the variable; the key itself never goes in the profile)")
-        return {"Authorization": f"Bearer {key}"}
-
     # -- the protocol --------------------------------------------------------------------------------------------
 
     @property
@@ -214,10 +133,7 @@ class LlamaServerBackend:
     @property
     def notes(self) -> list[str]:
         notes = [self.template.note] if self.template is not None and self.template.note else []
-        if self._lookup is not None and self._lookup.problem:
-            notes.append(self._lookup.problem)
-        if self._cache_problem:
-            notes.append(self._cache_problem)
+        notes += self.caches.notes()
         if self.config.spec.adaptive and spec_type(self.config) != "none":
             notes.append("n_max = \"auto\" is specchat's own cost model; llama-server drafts its default length"
                          f" ({SERVER_DEFAULT_N_MAX}) instead")
@@ -234,7 +150,7 @@ class LlamaServerBackend:
         return cpu_only_warning(asked_gpu_layers(self.config), server_build_info(self.process.binary))
 
     @property
-    def n_max(self) -> int:
+    def draft_length(self) -> int:
         if spec_type(self.config) == "none":
             return 0
         n_max = self.config.spec.n_max
@@ -260,7 +176,7 @@ class LlamaServerBackend:
     def apply(self, config: RunConfig) -> str:
         """Sampling goes with each request; anything else needs another server process (or another URL). The old
         process stops before the new one starts; a new one that fails to start gives way to the old one again."""
-        if not _restart_needed(self._running, config):
+        if not restart_needed(self._running, config):
             self.config = config
             return "parameters"
         previous = self._running
@@ -277,7 +193,7 @@ class LlamaServerBackend:
             again = "started again" if self.process is not None else f"in use again ({self.url})"
             raise SwitchFailed(f"{exc} — the previous server was {again}", self) from None
         self.config = self._running = config
-        if reads_lookup_caches(config) and (self._lookup is None or self._lookup.model_path != config.target.path):
+        if self.caches.stale_for(config):
             self._write_lookup_caches()  # a target of its own: its token ids, its caches
         return "server restarted" if self.process is not None else "reconnected"
 
@@ -286,7 +202,7 @@ class LlamaServerBackend:
             self.process.close()
             self.process = None
 
-    def answer(self, history: list[Message], text: str, *, max_tokens: int,
+    def answer(self, earlier: list[Message], text: str, *, max_tokens: int,
                should_stop: Callable[[], bool] = lambda: False, top: int = 0,
                chat: ChatKey = UNSTORED) -> Iterator[Event]:
         if self.process is not None:
@@ -296,8 +212,8 @@ class LlamaServerBackend:
             reset_peak_rss(self.process.pid)
             if chat.private and learns_across_requests(self.config):
                 self._holds_private = chat
-            return self._watched(self._reply(history, text, max_tokens, should_stop, top), self.process.pid)
-        return self._reply(history, text, max_tokens, should_stop, top)
+            return self._watched(self._reply(earlier, text, max_tokens, should_stop, top), self.process.pid)
+        return self._reply(earlier, text, max_tokens, should_stop, top)
 
     def _watched(self, events: Iterator[Event], pid: int) -> Iterator[Event]:
         """A managed server's reply, with what other processes did meanwhile (the server's CPU time is ours): one they
@@ -325,12 +241,12 @@ class LlamaServerBackend:
         starts again first (``_follow_history``), so nothing of the private chat is drafted there."""
         if self._holds_private is not None and chat != self._holds_private:
             self._holds_private = None
-            self._forget_pending = True
+            self.caches.start_afresh()
 
-    def _reply(self, history: list[Message], text: str, max_tokens: int, should_stop: Callable[[], bool],
+    def _reply(self, earlier: list[Message], text: str, max_tokens: int, should_stop: Callable[[], bool],
                top: int = 0, api: ServerApi | None = None) -> Iterator[Event]:
-        turn = Turn(self.config, self.speculation_state(), self.n_max, max_tokens, should_stop, top)
-        return (api or self.api).answer(history, text, turn)
+        turn = Turn(self.config, self.speculation_state(), self.draft_length, max_tokens, should_stop, top)
+        return (api or self.api).answer(earlier, text, turn)
 
     def spec_counters(self) -> dict[str, float]:
         """The server's own speculative counters (``/metrics``): draft_tokens, accepted_tokens, drafts."""
@@ -340,7 +256,7 @@ class LlamaServerBackend:
         """A plain run of the server's own loop, timed as a reply's decode rate is — only when the server decodes
         plainly anyway: a speculating one would need a restart (an A/B run does that, and gives the reference). The
         server's slope over context depth is not measured, so the reference holds near the depth it was taken at."""
-        self.no_reference = self._unmeasurable()
+        self.no_reference = unmeasurable(self.api, self.config, self.process is not None)
         if self.no_reference or self.chat is None:
             return None
         saved = self.chat.snapshot()
@@ -370,18 +286,7 @@ class LlamaServerBackend:
             return measure(), None
         return watched(measure, (self.process.pid,))
 
-    def _unmeasurable(self) -> str:
-        """Why a plain run cannot be timed on this server as a reply is; "" when it can."""
-        if not self.api.times_plain_runs:
-            return ("not measured — specchat times a plain run only on a llama-server whose model it tokenizes (the"
-                    " target's GGUF on this machine, llama.cpp's API)")
-        if spec_type(self.config) == "none":
-            return ""
-        if self.process is not None:
-            return "not measured — a speculating server decodes plainly only after a restart: A/B (Ctrl+B, /ab) does that"
-        return "not measured — speculation on a server specchat does not start cannot be switched off from here"
-
-    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int, max_tokens: int,
+    def rerun_plain(self, earlier: list[Message], text: str, reused_tokens: int, max_tokens: int,
                     should_stop: Callable[[], bool] = lambda: False) -> tuple[dict[str, Any], list[int]]:
         if self.process is None:
             raise BackendError(f"A/B needs a server specchat starts: speculation on {self.url} cannot be switched off"
@@ -393,7 +298,7 @@ class LlamaServerBackend:
         self.apply(without_speculation(original))
         try:
             emitted, finished = [], None
-            for event in self._reply(history, text, max_tokens, should_stop, api=self._plain_api):
+            for event in self._reply(earlier, text, max_tokens, should_stop, api=self._plain_api):
                 if isinstance(event, TokenEmitted):
                     emitted.append(event.token)
                 elif isinstance(event, ReplyFinished):
@@ -421,89 +326,31 @@ class LlamaServerBackend:
         if self.chat is not None:
             self.chat.restore([])
 
-    def learn_history(self, read: StoredChats, *, wait: bool = False) -> None:
+    def learn_stored_chats(self, read: StoredChats, *, wait: bool = False) -> None:
         """The stored replies as llama.cpp's lookup caches, where a server specchat starts drafts with ngram-cache
-        ("suffix" runs there as it): written on a thread of its own, then the server is restarted with them before the
-        next reply — unless ``wait``, which returns once it runs with them (a script's one reply). A remote server and
-        the other spec types draft without them."""
-        self._read_history = read
+        ("suffix" runs there as it): written on a thread of their own, then the server is restarted with them before
+        the next reply — unless ``wait``, which returns once it runs with them (a script's one reply). A remote server
+        and the other spec types draft without them."""
+        self.caches.read = read
         self._write_lookup_caches()
-        if wait and self._lookup is not None:
-            self._lookup.done.wait()
+        if wait and self.caches.wait_written():
             self._follow_history()
 
     def forget(self, what: Forgotten) -> None:
         """A stored chat was deleted or made private, or messages of one deleted: before the next reply a server that
         keeps what it was told (its n-gram tables hold every request since it started) is started again, without
         caches that hold them, and they are written again without them (deleted messages are no longer stored)."""
-        if what.messages is None:
-            self._forgotten.add(what.chat)
-        if self.process is not None and learns_across_requests(self.config):
-            self._forget_pending = True
+        self.caches.forget(what, self.process is not None and learns_across_requests(self.config))
 
     def _write_lookup_caches(self) -> None:
-        """A new build of the caches for this configuration (none where the server does not read them); the one it
-        replaces writes nothing more, and its files go once the server no longer reads them."""
-        if self._lookup is not None:
-            self._lookup.cancel()
-        self._lookup = None
-        if self._read_history is None or self.process is None or self._vocab is None or self.template is None \
-                or not reads_lookup_caches(self.config):
-            return
-        if self._lookup_dir is None:
-            # The owner's alone, in this process's run folder: a later start removes it if this process is killed.
-            self._lookup_dir = Path(tempfile.mkdtemp(prefix="lookup-", dir=run_folder()))
-        self._lookup = LookupCacheBuilder(self._read_history, self.config.target.path, self._target_id, self.template,
-                                          paths.cache_dir() / "history" / f"{self._target_id}.npz",
-                                          Path(tempfile.mkdtemp(dir=self._lookup_dir)), frozenset(self._forgotten))
-
-    def _ready_cache_args(self, config: RunConfig) -> list[str]:
-        """The flags of the lookup caches ``config``'s server drafts from now: none until they are written, nor while
-        a chat they hold was forgotten and they are written again."""
-        lookup = self._lookup
-        if lookup is None or self._forget_pending or not lookup.done.is_set() or not reads_lookup_caches(config) \
-                or lookup.model_path != config.target.path:
-            return []
-        return cache_args(lookup.files)
+        """A new build of the caches for this configuration (none where the server does not read them)."""
+        reads = self.process is not None and self._vocab is not None
+        self.caches.write(self.config if reads else None, self._target_id, self.template)
 
     def _follow_history(self) -> None:
-        """Before a reply: a server restarted with the lookup caches just written, or, after a chat was forgotten,
-        without what it learned and without the caches that hold the chat (costing that reply one server start)."""
-        if self.process is None:
-            return
-        forgetting = self._forget_pending
-        if forgetting:
-            self._forget_pending = False
-            self._write_lookup_caches()  # anew, without the forgotten chats; until then without caches
-        wanted = self._ready_cache_args(self.config)
-        if wanted == self._running_cache_args and not forgetting:
-            return
-        self.process.stop()
-        self.process.args = server_args(self._running) + wanted
-        try:
-            self.process.start()
-        except SpecchatError as exc:
-            if not wanted:
-                raise
-            # Files it cannot read stop llama.cpp at start: the chat goes on without them, and says so.
-            self._cache_problem = f"earlier chats are not drafted from: the server would not start with them ({exc})"
-            assert self._lookup is not None  # the caches it was started with are this build's
-            self._lookup.cancel()
-            self._lookup = None
-            wanted = []
-            self.process.args = server_args(self._running)
-            self.process.start()
-        self._running_cache_args = wanted
-        self._drop_unread_caches()
-
-    def _drop_unread_caches(self) -> None:
-        """Every build's folder but the current one's, once the server reads none of them (they hold chats' n-grams)."""
-        if self._lookup_dir is None:
-            return
-        keep = self._lookup.folder if self._lookup is not None else None
-        for folder in self._lookup_dir.iterdir():
-            if folder != keep:
-                shutil.rmtree(folder, ignore_errors=True)
+        """Before a reply: the server restarted with the caches just written, or without a chat forgotten."""
+        if self.process is not None:
+            self.caches.follow(self.process, server_args(self._running), self.config, self._write_lookup_caches)
 
     def model_files(self) -> dict[str, Path]:
         if self.process is None:
@@ -516,10 +363,31 @@ class LlamaServerBackend:
     def close(self) -> None:
         self._stop_process()
         self._close_vocab()
-        if self._lookup is not None:
-            self._lookup.cancel()  # a build still running writes nothing into the folder going now
-        if self._lookup_dir is not None:
-            shutil.rmtree(self._lookup_dir, ignore_errors=True)
+        self.caches.close()
+
+
+def auth_headers(key_env: str | None) -> dict[str, str]:
+    """The request headers for the API key in ``$key_env`` (None: no key)."""
+    if key_env is None:
+        return {}
+    key = os.environ.get(key_env)
+    if not key:
+        raise ConfigError(f"${key_env} is not set — put the server's API key in it ([backend] api_key_env names"
+                          " the variable; the key itself never goes in the profile)")
+    return {"Authorization": f"Bearer {key}"}
+
+
+def unmeasurable(api: ServerApi, config: RunConfig, managed: bool) -> str:
+    """Why a plain run cannot be timed as a reply is on a server speaking ``api`` for ``config`` (``managed``: one
+    specchat started); "" when it can."""
+    if not api.times_plain_runs:
+        return ("not measured — specchat times a plain run only on a llama-server whose model it tokenizes (the"
+                " target's GGUF on this machine, llama.cpp's API)")
+    if spec_type(config) == "none":
+        return ""
+    if managed:
+        return "not measured — a speculating server decodes plainly only after a restart: A/B (Ctrl+B, /ab) does that"
+    return "not measured — speculation on a server specchat does not start cannot be switched off from here"
 
 
 KIND = BackendKind("llama-server", "llama-server", LlamaServerBackend, starts_process=True, server_keys=True)

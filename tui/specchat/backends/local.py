@@ -8,14 +8,14 @@ from typing import Any
 
 from ..engine import Engine, Message, ReplyFinished
 from ..engine.engine_config import without_speculation
-from ..engine.drafters.history import StoredChats
+from ..engine.drafters.stored_chats import StoredChats
 from ..engine.conversation import NOT_KEPT, UNSTORED, ChatKey, Forgotten, as_dicts
 from ..engine.events import Event, SpeculationState
 from ..engine.llama import model_identity
 from ..engine.reference import PlainReference
 from ..telemetry.memory import peak_rss_bytes, reset_peak_rss
 from .run_config import RunConfig
-from .kinds import BackendKind
+from .run_config import BackendKind
 from .offload import asked_gpu_layers, cpu_only_warning, in_process_build
 
 
@@ -26,7 +26,7 @@ class LocalBackend:
     no_reference = ""
 
     def __init__(self, config: RunConfig, stored: StoredChats | None = None) -> None:
-        self.engine = Engine(config, read_history=stored)
+        self.engine = Engine(config, stored_chats_read=stored)
         self._target_id = model_identity(config.target.path)
 
     @property
@@ -47,13 +47,13 @@ class LocalBackend:
         return cpu_only_warning(asked_gpu_layers(self.config), in_process_build())
 
     @property
-    def n_max(self) -> int:
-        return self.engine.n_max
+    def draft_length(self) -> int:
+        return self.engine.speculation.draft_length
 
-    def answer(self, history: list[Message], text: str, *, max_tokens: int,
+    def answer(self, earlier: list[Message], text: str, *, max_tokens: int,
                should_stop: Callable[[], bool] = lambda: False, top: int = 0,
                chat: ChatKey = UNSTORED) -> Iterator[Event]:
-        self.engine.restore(history)
+        self.engine.restore(earlier)
         reset_peak_rss()
         return self.engine.reply(text, max_tokens=max_tokens, should_stop=should_stop, top=top, chat=chat)
 
@@ -72,12 +72,12 @@ class LocalBackend:
             "not measured — the context has no room for a plain run of 32 tokens (raise n_ctx)"
         return reference
 
-    def rerun_plain(self, history: list[Message], text: str, reused_tokens: int, max_tokens: int,
+    def rerun_plain(self, earlier: list[Message], text: str, reused_tokens: int, max_tokens: int,
                     should_stop: Callable[[], bool] = lambda: False) -> tuple[dict[str, Any], list[int]]:
         engine, original = self.engine, self.engine.config
         after = engine.chat.snapshot()  # the conversation as it was, a trimmed chat's window included
         try:
-            engine.restore(history)
+            engine.restore(earlier)
             engine.apply(without_speculation(original))
             engine.truncate_cache(reused_tokens)
             reset_peak_rss()
@@ -101,10 +101,10 @@ class LocalBackend:
             files["draft"] = self.engine.draft_model.path
         return files
 
-    def learn_history(self, read: StoredChats, *, wait: bool = False) -> None:
-        self.engine.learn_history(read)
+    def learn_stored_chats(self, read: StoredChats, *, wait: bool = False) -> None:
+        self.engine.learn_stored_chats(read)
         if wait:
-            self.engine.wait_for_history()
+            self.engine.wait_for_stored_chats()
 
     def forget(self, what: Forgotten) -> None:
         self.engine.forget(what)

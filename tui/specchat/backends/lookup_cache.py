@@ -4,7 +4,7 @@ llama.cpp's ``ngram-cache`` drafts from three n-gram tables (``common/ngram-cach
 *dynamic* one (n-grams of 1 to 4 tokens, ``--lookup-cache-dynamic``, held to stricter counts) and a *static* one
 (2-token n-grams, ``--lookup-cache-static``, which weighs the others' candidates and drafts alone where they have
 none). specchat writes both from the same documents its own index over earlier chats holds (each stored reply with
-its question's tail, ``engine.drafters.history.documents_of``), in the file format of llama.cpp's
+its question's tail, ``engine.drafters.stored_chats.documents_of``), in the file format of llama.cpp's
 ``common_ngram_cache_save`` and ``common_ngram_cache_load``: per n-gram its ``LLAMA_NGRAM_MAX`` (4) token slots, unused ones -1, the number
 of distinct tokens that followed it, then each (token, count) — 32-bit integers in the machine's byte order. No
 n-gram runs across two documents.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine.drafters.history import StoredChats, cached_documents, lowest_priority
+from ..engine.drafters.stored_chats import StoredChats, cached_documents, lowest_priority
 from ..engine.llama import Model
 from ..errors import SpecchatError
 
@@ -99,7 +99,7 @@ def read_lookup_cache(path: Path) -> dict[tuple[int, ...], dict[int, int]]:
 class LookupCacheBuilder:
     """Writes the lookup caches of the stored replies into ``folder`` (its own: a build never writes another's files)
     on a thread of its own, at the lowest priority, tokenizing with a vocabulary of its own (loaded here, on the
-    caller's thread, as ``HistoryBuilder``'s is) through the token cache the in-process index keeps. ``done`` is set
+    caller's thread, as ``StoredChatsIndexBuilder``'s is) through the token cache the in-process index keeps. ``done`` is set
     when it ends: ``files`` then holds the caches' paths, or ``problem`` why there are none. The replies of a
     ``forgotten`` conversation are left out; a build ``cancel``led (a newer one replaces it) writes nothing."""
 

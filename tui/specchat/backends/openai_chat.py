@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from time import perf_counter
 from typing import Any
 
@@ -49,12 +49,12 @@ def spec_counters(url: str, headers: dict[str, str]) -> dict[str, float]:
 
 
 def chat_completion(url: str, headers: dict[str, str], key_env: str | None, config: RunConfig,
-                    history: list[Message], text: str, max_tokens: int,
+                    earlier: list[Message], text: str, max_tokens: int,
                     should_stop: Callable[[], bool], top: int = 0) -> Iterator[Event]:
-    """The reply to ``text`` after ``history`` from ``url``'s ``/v1/chat/completions``, as events."""
+    """The reply to ``text`` after ``earlier`` from ``url``'s ``/v1/chat/completions``, as events."""
     started = perf_counter()
     before = spec_counters(url, headers)
-    messages = as_dicts([*history, Message("user", text)])
+    messages = as_dicts([*earlier, Message("user", text)])
     sampling = config.sampling
     body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "stream": True,
                             "stream_options": {"include_usage": True}, "temperature": sampling.temperature,
@@ -66,38 +66,10 @@ def chat_completion(url: str, headers: dict[str, str], key_env: str | None, conf
     stream = EventStream(f"{url}/v1/chat/completions", body, headers, key_env=key_env, should_stop=should_stop)
     yield ReplyStarted(prompt_estimate, 0, prompt_estimate, config.n_ctx, state, estimated_tokens=True)
     pieces: list[str] = []
-    watch = loop_watch(config.loop)  # over tiktoken's tokens of each chunk: the server sends no ids
-    counted = chunk = 0
-    finish, usage = None, None
     try:
-        for data in stream:
-            usage = data.get("usage") or usage
-            choice = (data.get("choices") or [{}])[0]
-            piece = (choice.get("delta") or {}).get("content") or ""
-            if piece:
-                chunk += 1
-                if watch is not None:  # a loop completed inside the chunk: only the chunk's text up to it is shown
-                    piece, looped = _until_loop(piece, watch)
-                    if looped:
-                        finish = "loop"
-                        stats.loop_span, stats.loop_tokens = watch.span, watch.covered
-                pieces.append(piece)
-                now = estimate_tokens("".join(pieces))
-                for i in range(max(1, now - counted)):  # every chunk with text holds at least one token
-                    yield _emit(stats, started, piece if i == 0 else "", chunk, top)
-                counted = max(now, counted + 1)
-                if finish == "loop":
-                    break
-            if choice.get("finish_reason"):
-                finish = {"length": "length"}.get(choice["finish_reason"], "stop")
-            if should_stop():
-                finish = "cancelled"
-                break
-        else:
-            if stream.aborted:
-                finish = "cancelled"
-            elif finish is None:  # the stream ended without a finish reason: the server went away
-                raise BackendError(f"the server at {url} stopped in the middle of the reply — the partial reply is kept")
+        finish, usage = yield from _read(stream, pieces, stats, started, loop_watch(config.loop), top, should_stop)
+        if finish is None and not stream.aborted:  # the stream ended without a finish reason: the server went away
+            raise BackendError(f"the server at {url} stopped in the middle of the reply — the partial reply is kept")
     finally:
         stream.close()
     _count_drafts(stats, before, spec_counters(url, headers), url)
@@ -106,6 +78,37 @@ def chat_completion(url: str, headers: dict[str, str], key_env: str | None, conf
         stats.context_used = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
     stats.t_total = perf_counter() - started
     yield ReplyFinished("".join(pieces), finish or "stop", stats)
+
+
+def _read(stream: EventStream, pieces: list[str], stats: ReplyStats, started: float, watch: LoopWatch | None,
+          top: int, should_stop: Callable[[], bool]) -> Generator[Event, None, tuple[str | None, dict | None]]:
+    """The stream's chunks as tokens (``pieces`` gathers their text); returns why the reply ended (None: the stream
+    ended without saying; "cancelled" when it was stopped) and the server's usage counts."""
+    counted = chunk = 0
+    finish, usage = None, None
+    for data in stream:
+        usage = data.get("usage") or usage
+        choice = (data.get("choices") or [{}])[0]
+        piece = (choice.get("delta") or {}).get("content") or ""
+        if piece:
+            chunk += 1
+            if watch is not None:  # a loop completed inside the chunk: only the chunk's text up to it is shown
+                piece, looped = _until_loop(piece, watch)
+                if looped:
+                    finish = "loop"
+                    stats.loop_span, stats.loop_tokens = watch.span, watch.covered
+            pieces.append(piece)
+            now = estimate_tokens("".join(pieces))
+            for i in range(max(1, now - counted)):  # every chunk with text holds at least one token
+                yield _emit(stats, started, piece if i == 0 else "", chunk, top)
+            counted = max(now, counted + 1)
+            if finish == "loop":
+                return finish, usage
+        if choice.get("finish_reason"):
+            finish = {"length": "length"}.get(choice["finish_reason"], "stop")
+        if should_stop():
+            return "cancelled", usage
+    return ("cancelled" if stream.aborted else finish), usage
 
 
 def _until_loop(piece: str, watch: LoopWatch) -> tuple[str, bool]:

@@ -4,7 +4,7 @@ was started: the same backend class as a managed llama-server, which is never st
 
 from __future__ import annotations
 
-from .kinds import BackendKind
+from .run_config import BackendKind
 from .llama_server import LlamaServerBackend
 
 KIND = BackendKind("remote", "remote", LlamaServerBackend, own_models=True, needs_url=True, server_keys=True)

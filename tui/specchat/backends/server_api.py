@@ -34,7 +34,7 @@ class Turn:
 
     config: RunConfig
     state: SpeculationState
-    n_max: int
+    draft_length: int  # in use (the server's: the cap it was started with)
     max_tokens: int
     should_stop: Callable[[], bool]
     top: int = 0
@@ -61,7 +61,7 @@ class ServerApi(Protocol):
     def times_plain_runs(self) -> bool:
         """Whether a plain run can be timed as a reply is (token ids both ways, the model tokenized here)."""
 
-    def answer(self, history: list[Message], text: str, turn: Turn) -> Iterator[Event]: ...
+    def answer(self, earlier: list[Message], text: str, turn: Turn) -> Iterator[Event]: ...
 
     def erase_cache(self) -> None:
         """Forget the server's cached prompt, where the API has a way to."""
@@ -100,14 +100,14 @@ class CompletionApi:
     def times_plain_runs(self) -> bool:
         return self.chat is not None
 
-    def answer(self, history: list[Message], text: str, turn: Turn) -> Iterator[Event]:
+    def answer(self, earlier: list[Message], text: str, turn: Turn) -> Iterator[Event]:
         user = Message("user", text)
         config = turn.config
         if self.chat is None:
             assert self.template is not None
-            prompt: list[int] | str = self.template.render(as_dicts([*history, user]), add_generation_prompt=True)
+            prompt: list[int] | str = self.template.render(as_dicts([*earlier, user]), add_generation_prompt=True)
         else:
-            self.chat.restore(history)
+            self.chat.restore(earlier)
             prompt, rendered, kept, trimmed = self.chat.prompt(user, min(turn.max_tokens, config.n_ctx // 4),
                                                                config.n_ctx)
             self.chat.begin_turn(kept, user, prompt, rendered)
@@ -117,7 +117,7 @@ class CompletionApi:
         body = {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
                 "min_p": sampling.min_p, "seed": sampling.seed}
         request = Request(self.link.url, self.link.headers, self.link.key_env, prompt, body, turn.max_tokens,
-                          config.n_ctx, turn.state, turn.n_max, turn.top, config.loop)
+                          config.n_ctx, turn.state, turn.draft_length, turn.top, config.loop)
         yield from self.stream.events(request, turn.should_stop)
 
     def erase_cache(self) -> None:
@@ -146,8 +146,8 @@ class ChatCompletionsApi:
         return (f"{self.link.url} streams text without token ids: tokens are not coloured, their counts are tiktoken's"
                 " estimates (≈), and the reply's draft counts come from its /metrics")
 
-    def answer(self, history: list[Message], text: str, turn: Turn) -> Iterator[Event]:
-        return chat_completion(self.link.url, self.link.headers, self.link.key_env, turn.config, history, text,
+    def answer(self, earlier: list[Message], text: str, turn: Turn) -> Iterator[Event]:
+        return chat_completion(self.link.url, self.link.headers, self.link.key_env, turn.config, earlier, text,
                                turn.max_tokens, turn.should_stop, turn.top)
 
     def erase_cache(self) -> None:

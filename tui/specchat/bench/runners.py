@@ -148,7 +148,7 @@ class BackendRunner:
             extra={"prompt_tokens": stats.prompt_tokens, "prefill_tokens": stats.prefill_tokens,
                    "t_prefill": stats.t_prefill, "t_draft": stats.t_draft,
                    "t_verify": stats.t_verify, "t_overhead": stats.t_overhead, "steps": stats.steps,
-                   "drafting_steps": stats.drafting_steps, "decode_s": _decode_s(stats.ttft, stats.t_last_token), "n_max_final": stats.n_max,
+                   "drafting_steps": stats.drafting_steps, "decode_s": _decode_s(stats.ttft, stats.t_last_token), "draft_length_final": stats.draft_length,
                    "speculation_active": stats.speculation_active, "finish_reason": finished.finish_reason},
         )
 

@@ -1,12 +1,16 @@
 """``specchat bench --save-chats``: each question's replies kept in the chats store, as a chat the app can open, so
-that a later run (``--history``), the app, the REPL and ``ask`` draft from them as from any chat the user had."""
+that a later run (``--stored-chats``), the app, the REPL and ``ask`` draft from them as from any chat the user had."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from ..chats.store import DamagedDatabase, StoredMessage, StoreError, open_waiting
+from ..chats.store import DamagedDatabase, StoreError
+
+from ..chats.store_rows import StoredMessage
+
+from ..chats.store_opening import open_waiting
 from .runners import BASELINE, RunResult
 from .tasks import Task
 

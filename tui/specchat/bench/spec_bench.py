@@ -13,7 +13,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths
 from ..errors import ConfigError
 from .tasks import Task
 
@@ -139,5 +138,8 @@ def select(tasks: list[Task], selection: Selection) -> list[Task]:
     return picked
 
 
+QUESTIONS = Path(__file__).parent / "data" / "spec_bench" / "question.jsonl"  # with its licence and source
+
+
 def suite_path() -> Path:
-    return paths.spec_bench_questions()
+    return QUESTIONS

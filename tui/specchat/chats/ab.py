@@ -127,18 +127,18 @@ class ABResult:
 
 
 class Comparison:
-    """An A/B about to run: ``run`` it on the engine thread; ``cancel`` stops its plain arm between steps."""
+    """An A/B about to run: ``run`` it on the worker thread; ``cancel`` stops its plain arm between steps."""
 
-    def __init__(self, backend: Backend, record: ReplyRecord, history: list[Message], text: str, max_tokens: int,
+    def __init__(self, backend: Backend, record: ReplyRecord, earlier: list[Message], text: str, max_tokens: int,
                  cancel: threading.Event) -> None:
-        self.backend, self.history, self.text, self.max_tokens, self.cancel = backend, history, text, max_tokens, cancel
+        self.backend, self.earlier, self.text, self.max_tokens, self.cancel = backend, earlier, text, max_tokens, cancel
         self.spec, self.spec_tokens = dict(record.stats or {}), list(record.tokens)
         self.reused = record.reused_tokens or 0
         self.sampled = not backend.config.sampling.greedy
 
     def run(self) -> ABResult | None:
         """Both arms' figures; None when cancelled."""
-        plain, tokens = self.backend.rerun_plain(self.history, self.text, self.reused, self.max_tokens,
+        plain, tokens = self.backend.rerun_plain(self.earlier, self.text, self.reused, self.max_tokens,
                                                  should_stop=self.cancel.is_set)
         if plain.get("finish_reason") == "cancelled" or self.cancel.is_set():
             return None

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from .records import Turn
-from .store import BranchRow, StoredMessage
+from .store_rows import BranchRow, StoredMessage
 
 DAMAGED_ORDINALS = 1_000_000  # where damaged rows are written back: above any ordinal an alternative has
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..backends.run_config import RunConfig
 from ..engine import ModelSettings
-from ..engine.engine_config import without_speculation
+from ..engine.engine_config import DEFAULT_N_MAX, without_speculation
 from ..engine.drafters import METHODS
 from ..errors import Refused
 from ..profiles import Profile, run_config
@@ -64,7 +64,7 @@ class Choice:
     def toggled(self) -> Choice:
         return dataclasses.replace(self, speculation_off=not self.speculation_off)
 
-    def with_draft_length(self, config: RunConfig, n_max: int | str) -> Choice:
+    def with_draft_cap(self, config: RunConfig, n_max: int | str) -> Choice:
         """This choice drafting ``n_max`` tokens a step ("auto": the cost model's choice); ``config`` is what runs
         now. Refused where no draft is made here."""
         if self.speculation_off:
@@ -81,7 +81,10 @@ class Choice:
         return dataclasses.replace(self, n_max=n_max)
 
 
-def one_step(in_use: int, step: int) -> int:
-    """The draft length one token longer (``step`` 1) or shorter (-1) than the one in use (from "auto": the length
-    it chose last), within 1..LONGEST_DRAFT."""
-    return min(max(in_use + step, 1), LONGEST_DRAFT)
+def one_step(cap: int | str, step: int) -> int:
+    """The draft cap one token longer (``step`` 1) or shorter (-1) than ``cap``, within 1..LONGEST_DRAFT. From "auto"
+    — no cap to step: the length it chose last is an echo of the policy, not a setting (issue #49) — the profiles'
+    default fixed cap."""
+    if not isinstance(cap, int):
+        return DEFAULT_N_MAX
+    return min(max(cap + step, 1), LONGEST_DRAFT)

@@ -1,5 +1,5 @@
 """One question on its way to a backend (``Exchange``), what it changed in the chat before the backend saw it
-(``Began``), and how it failed (``Failure``): the pieces of the chat flow that cross to the engine thread."""
+(``Began``), and how it failed (``Failure``): the pieces of the chat flow that cross to the worker thread."""
 
 from __future__ import annotations
 
@@ -31,17 +31,17 @@ class Failure:
 
 
 class Exchange:
-    """One question on its way to the backend. ``run`` it on the engine thread; every event goes to ``sink``."""
+    """One question on its way to the backend. ``run`` it on the worker thread; every event goes to ``sink``."""
 
-    def __init__(self, backend: Backend, history: list[Message], text: str, max_tokens: int, cancel: threading.Event,
+    def __init__(self, backend: Backend, earlier: list[Message], text: str, max_tokens: int, cancel: threading.Event,
                  chat: ChatKey = UNSTORED) -> None:
-        self.backend, self.history, self.text, self.max_tokens, self.cancel = backend, history, text, max_tokens, cancel
+        self.backend, self.earlier, self.text, self.max_tokens, self.cancel = backend, earlier, text, max_tokens, cancel
         self.chat = chat  # the stored chat it is asked in, and whether that is private
 
     def run(self, sink: Callable[[Event], None]) -> Failure | None:
         started = False
         try:
-            for event in self.backend.answer(self.history, self.text, max_tokens=self.max_tokens,
+            for event in self.backend.answer(self.earlier, self.text, max_tokens=self.max_tokens,
                                              should_stop=self.cancel.is_set, top=INSPECTOR_TOP, chat=self.chat):
                 started = started or isinstance(event, ReplyStarted)
                 sink(event)

@@ -1,6 +1,6 @@
-"""The stored replies the "suffix" method drafts from (``engine.drafters.history``), read from the chats database.
+"""The stored replies the "suffix" method drafts from (``engine.drafters.stored_chats``), read from the chats database.
 
-Read on the history index's own thread, through a read-only connection of its own (WAL lets it read while the app
+Read on the stored chats index's own thread, through a read-only connection of its own (WAL lets it read while the app
 writes), oldest first: the index keeps the most recent when it is full. Each assistant reply is paired with the user
 message it answered; a reply still streaming (no finish reason) or empty, and every reply of a private chat
 (``specchat chats private ID``), are left out.
@@ -15,8 +15,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.drafters.history import StoredReply
-from .store import StoreError, open_waiting
+from ..engine.drafters.stored_chats import StoredReply
+from .store import StoreError
+from .store_opening import open_waiting
 
 if TYPE_CHECKING:
     from ..backends import Backend
@@ -53,7 +54,7 @@ def _tokens(text: str | None) -> tuple[int, ...] | None:
 def learn_stored_chats(backend: Backend, db: Path, on_wait: Callable[[str], None] = lambda _line: None) -> str:
     """The chats stored at ``db``, read as the app reads them, given to ``backend`` for a method that drafts from them
     ("suffix"), waiting until they are indexed: a script's reply is its one reply (``ask``), and a benchmark's are
-    measured (``bench --history``) — about a second for a few hundred chats, 12 s for ten thousand messages once their
+    measured (``bench --stored-chats``) — about a second for a few hundred chats, 12 s for ten thousand messages once their
     tokens are cached (benchmarks/history_index.py). Returns why they are not drafted from, or "" when they are (or
     there are none)."""
     if not db.is_file():
@@ -62,5 +63,5 @@ def learn_stored_chats(backend: Backend, db: Path, on_wait: Callable[[str], None
         open_waiting(db, on_wait).close()  # an older schema is migrated first, as the app would
     except (StoreError, sqlite3.DatabaseError) as exc:
         return f"earlier chats are not drafted from: {exc}"
-    backend.learn_history(partial(stored_replies, db), wait=True)
+    backend.learn_stored_chats(partial(stored_replies, db), wait=True)
     return ""

@@ -234,7 +234,7 @@ def _judgement_lines(j: Judgement, token: TokenEmitted) -> list[str]:
     if j.draft_top:
         lines.append("draft's top (softmax of its logits): " + _ranked(j.draft_top))
     if j.copied:
-        source = (source_words(DraftSource.HISTORY, j.origin) if j.origin is not None else
+        source = (source_words(DraftSource.STORED_CHAT, j.origin) if j.origin is not None else
                   "a reply generated earlier in this session (another chat, a regenerated reply or an A/B rerun)"
                   if j.remembered else "earlier in this chat")
         lines.append(f"copied draft: matched {j.match} tokens, copied from {source}: {_quote(j.copied)}")
@@ -243,7 +243,7 @@ def _judgement_lines(j: Judgement, token: TokenEmitted) -> list[str]:
 
 SOURCE_WORDS = {DraftSource.CONVERSATION: "earlier in this chat",
                 DraftSource.REMEMBERED: "a reply generated earlier in this session",
-                DraftSource.HISTORY: "a stored reply",
+                DraftSource.STORED_CHAT: "a stored reply",
                 DraftSource.MODEL: "the draft model"}
 
 

@@ -18,7 +18,8 @@ from ..text import valid_text
 from .branches import Branches
 from .records import INTERRUPTED, ReplyRecord, Turn, UserTurn
 from .search import holds
-from .store import Store, StoredMessage, StoreError
+from .store import Store, StoreError
+from .store_rows import StoredMessage
 from .trace import rows_of
 
 SAVE_EVERY_S = 1.0  # a streaming reply is written at most this often: a crash loses at most this much of it
@@ -112,6 +113,33 @@ class ChatSession:
         self._saved = min(self._saved, index)
         self._branches_saved = False
         self.save()
+
+    def step_alternative(self, index: int, step: int) -> tuple[int, int]:
+        """The previous (-1) or next (1) alternative at turn ``index``; returns which is shown now, of how many."""
+        where = self.alternatives(index)
+        if where is None:
+            raise Refused("this message has no other version — edit it, or regenerate its reply, to make one")
+        shown, count = where
+        wanted = shown - 1 + step
+        if not 0 <= wanted < count:
+            raise Refused(f"this is version {shown} of {count}: there is none {'before' if step < 0 else 'after'} it")
+        return self.show_version(index, wanted)
+
+    def show_version(self, index: int, version: int) -> tuple[int, int]:
+        """Version ``version`` (from 0) of the message at turn ``index`` (a search found it there)."""
+        where = self.alternatives(index)
+        if where is None or not 0 <= version < where[1]:
+            raise Refused(f"message {index + 1} has no version {version + 1}")
+        self.show_alternative(index, version)
+        return version + 1, where[1]
+
+    def show_hit(self, index: int, version: int | None, words: str) -> int:
+        """A search hit at turn ``index`` (in version ``version`` of it, None: the one shown) on screen: that version,
+        then the versions inside it that hold ``words``; returns the turn that holds them (``index`` if none does)."""
+        if version is not None:
+            self.show_version(index, version)
+        found = self.reveal(index, words)
+        return index if found is None else found
 
     def reveal(self, index: int, words: str) -> int | None:
         """Bring the turn at or after ``index`` that holds ``words`` on screen, showing the versions (nested ones too)

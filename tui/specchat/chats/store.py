@@ -9,27 +9,22 @@ folder and the files are readable by their owner only, like a shell's history.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from ..engine.conversation import Forgotten
-from ..errors import SpecchatError, one_line
-from .records import Segment
+from ..errors import SpecchatError
 from .migrations import COLUMNS, MIGRATIONS, SCHEMA_VERSION
 from .search import Hit, fts_query, indexed_text
-from .trace import packed, unpacked
+from .store_rows import BranchRow, ChatRow, StoredMessage, columns_of, message_of
 
 BUSY_TIMEOUT_S = 5.0
 DIR_MODE, FILE_MODE = 0o700, 0o600
 T = TypeVar("T")
-
-
 
 
 class StoreError(SpecchatError):
@@ -42,7 +37,7 @@ class StoreError(SpecchatError):
 
 class StoreBusy(StoreError):
     """Another process holds the database's write lock (another specchat saving, a sqlite3 shell in a transaction):
-    nothing is wrong with the file, and opening it waits (``open_store``)."""
+    nothing is wrong with the file, and opening it waits (``store_opening.open_store``)."""
 
 
 def _busy(exc: BaseException) -> bool:
@@ -50,42 +45,6 @@ def _busy(exc: BaseException) -> bool:
     extended codes): something to wait for, never damage."""
     code = getattr(exc, "sqlite_errorcode", None)
     return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
-@dataclass
-class StoredMessage:
-    role: str
-    content: str
-    tokens: list[int] | None = None
-    segments: list[Segment] | None = None
-    ghosts: list[tuple[int, str]] = field(default_factory=list)
-    finish_reason: str | None = None
-    telemetry: dict | None = None
-    target_id: str | None = None
-    trace: list[str] = field(default_factory=list)  # a reply's events, as JSON lines (chats/trace.py)
-
-
-@dataclass(frozen=True)
-class BranchRow:
-    """A version of a chat's tail not shown (chats/branches.py), as stored."""
-
-    position: int  # where it leaves the chat shown
-    ordinal: int  # its place among the versions there
-    tail: bytes  # its messages and the branches inside them, compressed JSON
-    text: str = ""  # the text of every message in it, for search (not read back)
-
-
-@dataclass
-class ChatRow:
-    """A chat as the chats table lists it (its messages are read apart)."""
-
-    id: int
-    title: str
-    profile: str
-    system_prompt: str | None
-    created: float
-    updated: float
-    private: bool = False  # never drafted from in another chat (``chats.recall``)
 
 
 def private(path: Path, mode: int) -> None:
@@ -333,9 +292,7 @@ class Store:
                 cursor = self.db.execute(
                     "INSERT INTO messages (conversation_id, position, role, content, tokens, segments, ghosts,"
                     " finish_reason, telemetry, target_id, trace, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (conversation_id, start + i, m.role, m.content, _json(m.tokens), _json(m.segments),
-                     _json(m.ghosts or None), m.finish_reason, _json(m.telemetry), m.target_id,
-                     packed(m.trace) if m.trace else None, now))
+                    (conversation_id, start + i, *columns_of(m), now))
                 self.db.execute("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
                                 (cursor.lastrowid, indexed_text(m.content)))
             if branches is not None:
@@ -391,16 +348,7 @@ class Store:
             " WHERE conversation_id = ? ORDER BY position",
             (conversation_id,),
         ).fetchall()
-        messages = []
-        for role, content, tokens, segments, ghosts, finish_reason, telemetry, target_id, trace in rows:
-            segments = _load(segments, _SEGMENTS)
-            ghosts = _load(ghosts, _GHOSTS)
-            messages.append(StoredMessage(
-                role, content, _load(tokens, _TOKENS), [tuple(s) for s in segments] if segments else None,
-                [tuple(g) for g in ghosts] if ghosts else [], finish_reason, _load(telemetry, _TELEMETRY), target_id,
-                _trace(trace),
-            ))
-        return messages
+        return [message_of(row) for row in rows]
 
 
 class _Transaction:
@@ -428,94 +376,3 @@ class _Transaction:
             self.db.execute("ROLLBACK")
         except sqlite3.Error:
             pass  # nothing left to roll back
-
-
-def open_store(path: Path, on_wait: Callable[[str], None] = lambda _line: None,
-               first_wait: float | None = None) -> tuple[Store | None, str | None]:
-    """The chat store at ``path`` and, when something was wrong, the one line to tell the user.
-
-    While another process holds the write lock (another specchat saving) opening waits, and ``on_wait`` is told so
-    once, in one line. A damaged file is never written to nor deleted: it is renamed aside (its WAL files with it)
-    for recovery and a new database is started in its place. A file that cannot be used for another reason
-    (permissions, a newer specchat's schema) is left as it is and the chat runs in memory.
-    """
-    try:
-        return open_waiting(path, on_wait, first_wait), None
-    except StoreError as exc:
-        return None, str(exc)
-    except DamagedDatabase as exc:
-        damage, aside = str(exc), _set_aside(path)
-    try:
-        store = Store(path)
-    except (StoreError, DamagedDatabase) as again:
-        return None, f"{one_line(again)} (the damaged database was kept as {aside})"
-    return store, (f"the chat database {path} is damaged ({damage}) — it was kept as {aside} (`sqlite3 {aside} .recover`"
-                   " may save its chats) and a new, empty one was started")
-
-
-def open_waiting(path: Path, on_wait: Callable[[str], None], first_wait: float | None = None) -> Store:
-    """``Store(path)``, waiting while another process holds the write lock: ``first_wait`` seconds (default
-    ``BUSY_TIMEOUT_S``), then as long as it takes, ``on_wait`` told so once (it may raise to stop waiting here)."""
-    wait, told = first_wait, False
-    while True:
-        try:
-            return Store(path, wait)
-        except StoreBusy as exc:
-            if not told:
-                on_wait(f"{exc} — waiting")
-                told = True
-            wait = None
-
-
-def _set_aside(path: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = path.with_name(f"{path.name}.damaged-{stamp}")
-    n = 1
-    while any(Path(f"{aside}{suffix}").exists() for suffix in ("", "-wal", "-shm")):
-        n += 1
-        aside = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
-    for suffix in ("-wal", "-shm", ""):  # the WAL may hold the newest commits: it goes with the file
-        if Path(f"{path}{suffix}").exists():
-            os.replace(f"{path}{suffix}", f"{aside}{suffix}")
-    return aside
-
-
-def _trace(blob: object) -> list[str]:
-    """A stored trace; a damaged one is none (the reply still shows, it cannot be inspected or replayed)."""
-    if not isinstance(blob, bytes):
-        return []
-    try:
-        return unpacked(blob)
-    except ValueError:
-        return []
-
-
-def _json(value: object) -> str | None:
-    return None if value is None else json.dumps(value)
-
-
-def _load(text: str | None, shape: Callable[[object], bool]):
-    """A JSON column's value, or None when it is missing or damaged (then the message shows as plain text)."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if shape(value) else None
-
-
-def _pairs_of(first: type, second: type) -> Callable[[object], bool]:
-    return lambda value: isinstance(value, list) and all(
-        isinstance(v, list) and len(v) == 2 and isinstance(v[0], first) and isinstance(v[1], second) for v in value)
-
-
-def _TOKENS(value: object) -> bool:
-    return isinstance(value, list) and all(type(v) is int for v in value)
-
-
-def _TELEMETRY(value: object) -> bool:
-    return isinstance(value, dict)
-
-
-_SEGMENTS, _GHOSTS = _pairs_of(str, str), _pairs_of(int, str)

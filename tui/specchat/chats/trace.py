@@ -51,6 +51,9 @@ TYPES: dict[type, str] = {ReplyStarted: "started", ContextTrimmed: "context_trim
 EVENTS: dict[str, type] = {tag: cls for cls, tag in TYPES.items()}
 REBUILT = {(ReplyFinished, "text")}  # not stored: the tokens before it spell it
 ROUNDED = {(ThreadsAdjusted, "others_cores"): 3}  # digits, where not DIGITS
+# A field's name before it was renamed → today's: rows stored then read as today's (issue #49: the draft length in use
+# was written as "n_max", the name of the profile's cap).
+RENAMED = {"n_max": "draft_length"}
 NESTED = (SpeculationState, Judgement, ReplyStats)  # records whose fields are written into the row, after the event's
 
 
@@ -80,7 +83,7 @@ def events_of(rows: Iterable[Row]) -> Iterator[Event]:
     """The events the rows were made from (a summary's reply text is rebuilt from the tokens before it); rows of a
     type this version does not know are passed over."""
     text: list[str] = []
-    for row in rows:
+    for row in map(_renamed, rows):
         cls = EVENTS.get(row.get("type", ""))
         if cls is None:
             continue
@@ -150,7 +153,15 @@ def _optional(hint: Any) -> Any:
 def stats_of(summary: Row) -> ReplyStats:
     """A reply's telemetry from its summary (the derived figures are recomputed from the counters)."""
     names = ReplyStats.__dataclass_fields__
-    return ReplyStats(**{k: v for k, v in summary.items() if k in names})
+    return ReplyStats(**{k: v for k, v in _renamed(summary).items() if k in names})
+
+
+def _renamed(row: Row) -> Row:
+    """A row stored before a field was renamed, under today's names (``RENAMED``; today's wins where both are)."""
+    old = RENAMED.keys() & row.keys()
+    if not old:
+        return row
+    return {RENAMED.get(k, k): v for k, v in row.items() if k not in old or RENAMED[k] not in row}
 
 
 def line_of(row: Row) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import paths
 from ..backends.run_config import SPEC_TYPES, RunConfig, known_spec_type
-from ..backends.llama_server import uses_draft_model
+from ..backends.server_flags import uses_draft_model
 from ..bench import categories as by_category
 from ..bench import report as reporting
 from ..bench.progress import Progress
@@ -23,18 +23,11 @@ from ..bench.runners import (
     llama_server_runner,
     specchat_runners,
 )
-from ..bench.spec_bench import (
-    MAX_TOKENS,
-    Selection,
-    is_jsonl,
-    read_questions,
-    select,
-    suite_path,
-)
-from ..bench.tasks import Task, load_tasks
+from ..bench.tasks import Task
 from ..chats.recall import learn_stored_chats
 from ..errors import ConfigError, SpecchatError
 from ..profiles import load_profile, run_config
+from ..bench.selection import add_task_options, chosen_tasks
 from .options import add_profile_option
 
 PEERS = ("llama-cpp-python", "lookup", "llama-server")
@@ -56,11 +49,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--save-chats", action="store_true",
-        help="keep each question's replies in your chats store, as a chat of its own ('bench: NAME'), for --history "
+        help="keep each question's replies in your chats store, as a chat of its own ('bench: NAME'), for --stored-chats "
         "runs, the app, the REPL and ask to draft from",
     )
     parser.add_argument(
-        "--history", action="store_true",
+        "--stored-chats", "--history", dest="stored_chats", action="store_true",
         help="draft from your stored chats (earlier --save-chats runs among them) as the app does; llama-server is "
         "given the same: its ngram-cache type (added) lookup caches written from them, and every type keeps what it "
         "learns across requests, so a question's warm-up run is its earlier run",
@@ -73,23 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--server-types", default="",
         help="llama-server's spec types to run, separated by spaces (each may be a comma-separated list, as "
-        "'ngram-mod,draft-simple'; default: every one above that the profile allows, with --history ngram-cache too)",
+        "'ngram-mod,draft-simple'; default: every one above that the profile allows, with --stored-chats ngram-cache too)",
     )
-
-
-def add_task_options(parser: argparse.ArgumentParser) -> None:
-    """Which tasks run: the bundled suite, a task file, or Spec-Bench's questions (also read by benchmarks/ scripts)."""
-    parser.add_argument("--tasks", type=Path,
-                        help="a TOML file of [[task]] tables, or a .jsonl file in Spec-Bench's question format "
-                        "(default: the bundled suite)")
-    parser.add_argument("--suite", choices=("bundled", "spec-bench"), default=None,
-                        help="spec-bench: Spec-Bench's 480 questions in 13 categories (vendored); bundled: specchat's own tasks")
-    parser.add_argument("--per", type=int, help="Spec-Bench questions: this many per category, drawn with --seed")
-    parser.add_argument("--seed", type=int, default=0, help="the draw of --per (default 0)")
-    parser.add_argument("--questions", help="Spec-Bench questions: these question ids, comma-separated")
-    parser.add_argument("--categories", help="Spec-Bench questions: only these categories, comma-separated")
-    parser.add_argument("--max-tokens", type=int, help=f"tokens per reply (Spec-Bench's own: {MAX_TOKENS}; "
-                        "default: each task's own, Spec-Bench questions 1024)")
 
 
 def _parse_peers(text: str) -> list[tuple[str, str | None]]:
@@ -113,19 +91,24 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def _checked_peers(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], tuple[str, ...]]:
+    """The peers and llama-server's types asked for, once the options are known to make sense together."""
     if args.repeat < 1:
         raise ConfigError(f"--repeat must be ≥ 1, got {args.repeat}")
     if args.plot and args.plot.suffix.lower() not in (".png", ".svg"):
         raise ConfigError(f"--plot must end in .png or .svg, got {args.plot.name}")
     peers = _parse_peers(args.peers)
-    server_types = _server_types(args.server_types, history=args.history)
     if args.server_types and not any(peer == "llama-server" for peer, _ in peers):
         raise ConfigError("--server-types chooses llama-server's types — add --peers llama-server")
+    return peers, _server_types(args.server_types, history=args.stored_chats)
+
+
+def run(args: argparse.Namespace) -> int:
+    peers, server_types = _checked_peers(args)
     profile = load_profile(args.profile)
     # Measured at the profile's thread count, as the peers are: a run that adapts to a busy machine compares unequal runs.
     config = dataclasses.replace(run_config(profile), adapt_threads=False)
-    tasks, problems = chosen_tasks(args)  # (its problems already said)
+    tasks, problems = chosen_tasks(args, _progress)  # (its problems already said)
     errors = list(problems)
     if not tasks:
         raise ConfigError("no valid task to run — fix the task file")
@@ -134,9 +117,9 @@ def run(args: argparse.Namespace) -> int:
     runners: list[Any] = specchat_runners(config, warm=warm)
     target_id = runners[0].backend.target_id
     try:
-        if args.history:
+        if args.stored_chats:
             _learn_stored_chats(runners[0], errors)
-        runners += _open_peers(peers, config, warm, errors, server_types, history=args.history)
+        runners += _open_peers(peers, config, warm, errors, server_types, history=args.stored_chats)
         runs = _alternate(runners, tasks, args.repeat, errors, Progress.for_stream(sys.stderr))
     finally:
         for runner in runners:
@@ -149,11 +132,19 @@ def run(args: argparse.Namespace) -> int:
                  "backend": config.backend.kind, "temperature": config.sampling.temperature},
         settings={"repeat": args.repeat, "tasks": str(args.tasks) if args.tasks else args.suite or "bundled",
                   "peers": [p for p, _ in peers], "memory": args.memory, "per": args.per, "seed": args.seed,
-                  "questions": [t.name for t in tasks], "max_tokens": args.max_tokens, "history": args.history,
-                  "save_chats": args.save_chats, "llama_server_memory": "warm" if warm or args.history else "cold"},
+                  "questions": [t.name for t in tasks], "max_tokens": args.max_tokens, "stored_chats": args.stored_chats,
+                  "save_chats": args.save_chats, "llama_server_memory": "warm" if warm or args.stored_chats else "cold"},
         errors=errors, greedy=config.sampling.greedy, copy_heavy={t.name for t in tasks if t.copy_heavy},
         spec_runner=runners[1].name(), categories={t.name: t.category for t in tasks if t.category},
     )
+    _print_and_write(report, errors, args)
+    # Last: the report and its files are out whatever happens to the chats store.
+    saved = not args.save_chats or _save_chats(tasks, runs, profile.name, config.system_prompt, target_id)
+    return 1 if report["output_changed"] or not saved else 0
+
+
+def _print_and_write(report: dict[str, Any], errors: list[str], args: argparse.Namespace) -> None:
+    """The report on stdout, then in the files asked for."""
     print(reporting.table(report))
     for line in errors:
         print(f"note: {line}")
@@ -171,9 +162,6 @@ def run(args: argparse.Namespace) -> int:
             reporting.plot(report, args.plot)
     except OSError as exc:
         raise SpecchatError(f"cannot write the report: {exc}") from None
-    # Last: the report and its files are out whatever happens to the chats store.
-    saved = not args.save_chats or _save_chats(tasks, runs, profile.name, config.system_prompt, target_id)
-    return 1 if report["output_changed"] or not saved else 0
 
 
 def _save_chats(tasks: list[Task], runs: list[RunResult], profile: str, system_prompt: str | None,
@@ -215,7 +203,7 @@ def _server_types(text: str, *, history: bool) -> tuple[str, ...]:
 def _open_peers(peers: list[tuple[str, str | None]], config: RunConfig, warm: bool, errors: list[str],
                 server_types: tuple[str, ...], *, history: bool = False) -> list[Any]:
     """Every peer asked for; one that cannot start is one line in the report, and the rest goes on. With ``history``
-    llama-server's types are given the stored chats as far as each can take them (``--history``)."""
+    llama-server's types are given the stored chats as far as each can take them (``--stored-chats``)."""
     opened: list[Any] = []
     for peer, value in peers:
         if peer == "llama-server":
@@ -239,42 +227,6 @@ def _open_peers(peers: list[tuple[str, str | None]], config: RunConfig, warm: bo
                 errors.append(str(exc))
                 _progress(f"peer skipped: {exc}")
     return opened
-
-
-def chosen_tasks(args: argparse.Namespace) -> tuple[list[Task], list[str]]:
-    """The tasks asked for: the bundled suite, a TOML task file, Spec-Bench's questions or a file in their format."""
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise ConfigError(f"--max-tokens must be ≥ 1, got {args.max_tokens}")
-    if args.suite and args.tasks:
-        raise ConfigError("give --suite or --tasks, not both")
-    questions = args.suite == "spec-bench" or (args.tasks is not None and is_jsonl(args.tasks))
-    choosing = args.per is not None or args.questions is not None or args.categories is not None
-    if choosing and not questions:
-        raise ConfigError("--per, --questions and --categories choose Spec-Bench questions — add --suite spec-bench "
-                          "or --tasks FILE.jsonl")
-    if not questions:
-        tasks, problems = load_tasks(args.tasks)
-        for problem in problems:
-            _progress(problem)
-        if args.max_tokens is not None:
-            tasks = [dataclasses.replace(t, max_tokens=args.max_tokens) for t in tasks]
-        return tasks, problems
-    selection = Selection(per=args.per, seed=args.seed, categories=listed(args.categories, "--categories"),
-                          questions=listed(args.questions, "--questions"))
-    tasks, problems = read_questions(args.tasks or suite_path(), max_tokens=args.max_tokens or MAX_TOKENS)
-    for problem in problems:  # before a choice that fails: a question asked for may be among the lines skipped
-        _progress(problem)
-    return select(tasks, selection), problems
-
-
-def listed(text: str | None, flag: str) -> tuple[str, ...]:
-    """A comma-separated option's items (none when it was not given); given but empty is one line naming it."""
-    if text is None:
-        return ()
-    items = tuple(filter(None, (part.strip() for part in text.split(","))))
-    if not items:
-        raise ConfigError(f"{flag} is empty — name one or more, separated by commas, or leave {flag} out for all")
-    return items
 
 
 def _alternate(runners: list[Any], tasks: list[Task], repeat: int, errors: list[str],

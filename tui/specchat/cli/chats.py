@@ -36,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def stored_chats():
     """The chat database as it is; a missing or damaged one is one line (and left as it is)."""
     from .. import paths
-    from ..chats.store import StoreError, open_waiting
+    from ..chats.store import StoreError
+    from ..chats.store_opening import open_waiting
 
     path = paths.chats_db()
     if not path.exists():

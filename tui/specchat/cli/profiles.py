@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 import tomlkit
 from tomlkit.exceptions import ParseError
@@ -24,6 +25,9 @@ from ..profiles import (
 )
 from ..profiles.drafts import draft_candidates
 from ..profiles.fit import DEFAULT_MARGIN_GB, GB
+
+if TYPE_CHECKING:
+    from ..profiles.plan import MemoryPlan
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -113,33 +117,40 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..profiles.plan import plan
 
     profile = load_profile(args.name)
-    method = profile.method
-    failed = False
     memory = plan(profile, args.vram_gb, args.ram_gb, args.margin_gb)
-    pair = memory.models
-    for m in pair:
+    for m in memory.models:
         if m.located.path is None:
             print(f"! {m.located.missing_message(m.role)}")
-    print(f"profile {profile.name}: method {method}, n_ctx {profile.n_ctx}")
+    print(f"profile {profile.name}: method {profile.method}, n_ctx {profile.n_ctx}")
+    compatible = _print_compatibility(profile, memory.models)
+    fits = _print_memory_fit(profile, memory)
+    return 0 if compatible and fits else 1
 
+
+def _print_compatibility(profile: Profile, pair: list) -> bool:
+    """Section 1: whether the draft can speculate for the target; False when it cannot."""
+    method = profile.method
     print("\n1. Draft compatibility (llama.cpp's rule, read by llama.cpp without loading weights)")
     if method == "mtp":
         drafter = _mtp_drafter(profile, pair)
         print("   " + drafter)
-        failed |= drafter.startswith("✗")
-    elif not profile.uses_draft_model:
+        return not drafter.startswith("✗")
+    if not profile.uses_draft_model:
         print(f"   not applicable: method {method} uses no separate draft model")
     elif len(pair) == 2 and all(m.located.path for m in pair):
         problems = check_pair(pair[0].located.path, pair[1].located.path)
+        for problem in problems:
+            print(f"   ✗ {problem}")
         if problems:
-            failed = True
-            for problem in problems:
-                print(f"   ✗ {problem}")
-        else:
-            print("   ✓ compatible: same vocabulary type, BOS/EOS, vocabulary size within 128, identical tokens from id 5 on")
+            return False
+        print("   ✓ compatible: same vocabulary type, BOS/EOS, vocabulary size within 128, identical tokens from id 5 on")
     else:
         print("   ? cannot check: a model file is absent")
+    return True
 
+
+def _print_memory_fit(profile: Profile, memory: MemoryPlan) -> bool:
+    """Section 2: the memory plan, its verdicts and what to change; False when the pair does not fit."""
     report = memory.report
     print(f"\n2. Memory fit ({memory.vram_source}; {report.ram / GB:.0f} GB RAM; KV cache {profile.kv_cache})")
     if memory.build is not None:
@@ -157,16 +168,17 @@ def cmd_check(args: argparse.Namespace) -> int:
         why = "CPU-only build" if memory.build_note else "CPU only: n_gpu_layers = 0"
         rows.append(["needed in RAM", "", _gb(report.on_cpu + report.margin), "", "", why])
     print("   " + _table(rows).replace("\n", "\n   "))
+    fits = True
     for verdict in report.verdicts():
         print(f"   → {verdict}")
-        failed |= verdict.startswith(("does not fit", "RISK"))
+        fits &= not verdict.startswith(("does not fit", "RISK"))
     if memory.offloaded is not None:  # the plan once the build is fixed: the layers asked for on this GPU
         for verdict in memory.offloaded.verdicts():
             if "VRAM" in verdict:
                 print(f"   → with a GPU build: {verdict}")
     for change in memory.changes:
         print(f"     · {change}")
-    return 1 if failed else 0
+    return fits
 
 
 def _mtp_drafter(profile: Profile, pair: list) -> str:

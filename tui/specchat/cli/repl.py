@@ -21,11 +21,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..repl.shell import Repl, ReplSettings
+    from ..repl import ReplSettings, make_repl
 
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     color = not (args.no_color or args.plain or os.environ.get("NO_COLOR")) and sys.stdout.isatty()
     settings = ReplSettings(args.profile, color=color, plain=args.plain, vi=args.vi, db_path=paths.chats_db(),
                             history_path=paths.repl_history(), max_tokens=args.max_tokens)
-    repl = Repl(settings, interactive=interactive)
+    repl = make_repl(settings, interactive=interactive)
     return repl.run() if interactive else repl.run_lines(sys.stdin)

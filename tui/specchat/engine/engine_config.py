@@ -36,10 +36,13 @@ class ModelSettings:
             raise ConfigError(f"threads must be ≥ 1, got {self.threads}")
 
 
+DEFAULT_N_MAX = 4  # draft tokens a step where a profile sets no n_max
+
+
 @dataclass(frozen=True)
 class SpecConfig:
     method: str = "none"
-    n_max: int | str = 4  # or "auto": adaptive draft length with an automatic off-switch
+    n_max: int | str = DEFAULT_N_MAX  # the draft cap, or "auto": adaptive draft length with an automatic off-switch
     n_min: int = 0
     p_min: float = 0.0
     ngram_min: int = 2
@@ -86,9 +89,9 @@ class SpecConfig:
         return METHODS[self.method].copies
 
     @property
-    def reads_history(self) -> bool:
+    def reads_stored_chats(self) -> bool:
         """Copies from the user's stored chats too (methods "suffix" and "suffix+draft")."""
-        return METHODS[self.method].reads_history
+        return METHODS[self.method].reads_stored_chats
 
 
 @dataclass(frozen=True)
@@ -109,30 +112,27 @@ class EngineConfig:
             raise ConfigError(f"n_ctx must be ≥ 64 tokens, got {self.n_ctx}")
         if self.kv_cache not in KV_CACHES:
             raise ConfigError(f"unknown KV cache type {self.kv_cache!r} — use one of {', '.join(KV_CACHES)}")
-        check_method(self.spec, self.draft is not None, self.runner)
+        check_method(self.spec, self.draft is not None, in_engine=self.in_engine, own_models=self.own_models)
 
     @property
-    def runner(self) -> Runner:
-        """What runs it: this process's engine (``backends.run_config.RunConfig`` says when a backend runs it)."""
-        return Runner()
+    def in_engine(self) -> bool:
+        """Whether specchat's engine runs it (every method with a drafter here) rather than a server (the methods only
+        llama.cpp runs); ``backends.run_config.RunConfig`` says when a backend does."""
+        return True
+
+    @property
+    def own_models(self) -> bool:
+        """Whether the models are a server's own: then it needs no draft file named here."""
+        return False
 
 
-@dataclass(frozen=True)
-class Runner:
-    """What runs a configuration, as far as the method rules care: specchat's engine (every method with a drafter
-    here) or a server (the methods only llama.cpp runs), with models of its own or files named here."""
-
-    engine: bool = True
-    own_models: bool = False  # a server's models: it needs no draft file named here
-
-
-def check_method(spec: SpecConfig, draft_named: bool, runner: Runner) -> None:
+def check_method(spec: SpecConfig, draft_named: bool, *, in_engine: bool, own_models: bool) -> None:
     """What the method needs of the rest of the configuration: a draft model (a server with its own models holds
     one), a llama.cpp server for a method only it runs. The profile parser checks a profile with this too."""
     method = METHODS[spec.method]
-    if method.draft_model and not draft_named and not runner.own_models:
+    if method.draft_model and not draft_named and not own_models:
         raise ConfigError(f"method '{spec.method}' needs [draft] model — name a draft GGUF", ("draft", "method"))
-    if method.server_only and runner.engine:
+    if method.server_only and in_engine:
         raise ConfigError(f"method '{spec.method}' needs a llama.cpp server — set [backend] kind = \"llama-server\""
                           f" ({method.server_only})", ("draft", "method"))
 

@@ -34,7 +34,8 @@ class DraftSource(StrEnum):
 
     CONVERSATION = "conversation"  # copied from earlier text of this chat
     REMEMBERED = "remembered"  # copied from a reply this process gave in another chat
-    HISTORY = "history"  # copied from a stored reply of an earlier chat (``StepVerified.origin`` names it)
+    STORED_CHAT = "history"  # copied from a stored reply of an earlier chat (``StepVerified.origin`` names it; the
+    # value is what traces stored before the name said "stored chat")
     MODEL = "model"  # guessed by a draft model
 
 
@@ -125,7 +126,7 @@ class StepVerified:
     accepted: int  # an accepted end-of-generation token included (it ends the reply and is not shown)
     ignored: int  # draft tokens dropped because the draft was shorter than n_min
     withheld: int  # draft positions not proposed because the draft's confidence was below p_min
-    n_max: int  # the draft length allowed this step
+    draft_length: int  # in use after this step: the cap when it is fixed, "auto"'s latest choice
     context_used: int
     source: DraftSource | None = None  # where the draft came from (None: nothing drafted, or a server's draft)
     origin: Origin | None = None  # a draft copied from a stored reply: which one

@@ -1,4 +1,5 @@
-"""Loading a target and a draft, and what a configuration change forces to reload.
+"""Loading a target and a draft, and what a configuration change forces to reload: ``ModelPair`` is the one owner of
+the models an engine decodes with.
 
 A target's weights and KV cache depend on its file, GPU layers and context size; a draft's weights on its file and GPU
 layers. Anything else (threads, method, draft length, sampling) changes without a reload.
@@ -95,3 +96,55 @@ def open_pair(config: EngineConfig) -> tuple[LoadedTarget, LoadedDraft | None]:
     except BaseException:
         target.close()
         raise
+
+
+class ModelPair:
+    """The target and the draft model loaded for a configuration; ``switch`` loads only what a new one changes."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.target, self.draft = open_pair(config)
+        self.config = config
+
+    def switch(self, config: EngineConfig) -> str:
+        """Load what ``config`` changes; returns "full reload" (the target changed: both models reload), "draft
+        reloaded" (only the draft) or "parameters" (nothing reloads). If a load fails the pair stays as it was."""
+        old = self.config
+        if target_identity(config) != target_identity(old):
+            target, draft = open_pair(config)
+            self.close()
+            self.target, self.draft, self.config = target, draft, config
+            return "full reload"
+        action = "parameters"
+        wanted = config.draft if config.spec.uses_draft_model else None
+        if wanted is not None and (self.draft is None or self.draft.identity != draft_identity(wanted)):
+            draft = LoadedDraft.open(config)
+            if self.draft is not None:
+                self.draft.close()
+            self.draft = draft
+            action = "draft reloaded"
+        elif self.draft is not None and (config.draft is None or self.draft.identity != draft_identity(config.draft)):
+            # The profile no longer names this draft: free its memory rather than keep it for a toggle back.
+            self.draft.close()
+            self.draft = None
+        if config.target.threads != old.target.threads:
+            self.target.ctx.set_threads(config.target.threads)
+        if self.draft is not None and config.draft is not None and config.draft.threads != self.draft.threads:
+            self.draft.ctx.set_threads(config.draft.threads)
+            self.draft.threads = config.draft.threads
+        self.config = config
+        return action
+
+    def use_threads(self, threads: int) -> None:
+        """Decode with ``threads`` threads from now on (never more than each model is configured for)."""
+        self.target.ctx.set_threads(min(threads, self.config.target.threads))
+        if self.draft is not None:
+            self.draft.ctx.set_threads(min(threads, self.draft.threads))
+
+    @property
+    def contexts(self) -> list[Context]:
+        return [self.target.ctx] + ([self.draft.ctx] if self.draft is not None else [])
+
+    def close(self) -> None:
+        if self.draft is not None:
+            self.draft.close()
+        self.target.close()

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from time import perf_counter
-from typing import Protocol
 
 import numpy as np
 
@@ -24,24 +23,8 @@ from .candidates import RowJudgement, judge_rows
 from .drafters import NO_DRAFT, Draft, Drafter
 from .events import TokenKind
 from .llama import SequenceCache
-from .sampling import SamplingParams, accept_or_resample, distribution, greedy_token, pick
-
-
-class Vocabulary(Protocol):
-    n_vocab: int
-
-    def is_eog(self, token: int) -> bool: ...
-
-
-@dataclass(frozen=True)
-class Rules:
-    sampling: SamplingParams
-    rng: np.random.Generator  # the target's draws
-    draft_rng: np.random.Generator  # the draft's, apart: drafting never shifts what the target draws
-    vocab: Vocabulary  # the target's: which ids exist, which end a reply
-    n_min: int = 0
-    p_min: float = 0.0
-    top: int = 0  # best candidates kept per judged position for the token inspector (0: none, and no cost)
+from .rules import Rules
+from .sampling import accept_or_resample, distribution, greedy_token, pick
 
 
 @dataclass
@@ -116,20 +99,22 @@ def speculate(target: SequenceCache, tokens: Sequence[int], drafter: Drafter | N
     target.truncate(base + n_accepted - ended_in_draft)
     t_verify = perf_counter() - start
 
-    drafted = len(draft.tokens)
-    if drafted == 0:
-        kind = TokenKind.TARGET
-    elif n_accepted == drafted:
-        kind = TokenKind.BONUS
-    else:
-        kind = TokenKind.CORRECTED
     return StepOutcome(
-        drafted=drafted, n_accepted=n_accepted,
+        drafted=len(draft.tokens), n_accepted=n_accepted,
         accepted=draft.tokens[: n_accepted - ended_in_draft], rejected=draft.tokens[n_accepted:],
-        token=token, kind=kind, ends_reply=ended_in_draft or rules.vocab.is_eog(token),
+        token=token, kind=kind_after(len(draft.tokens), n_accepted),
+        ends_reply=ended_in_draft or rules.vocab.is_eog(token),
         ignored=ignored, withheld=draft.withheld, match=draft.match, next_proposed=next_proposed,
         t_draft=t_draft, t_verify=t_verify, t_batch=t_batch, draft=draft, rows=rows,
     )
+
+
+def kind_after(drafted: int, accepted: int) -> TokenKind:
+    """What the target's own token after a step is: plain (nothing drafted), a bonus (every draft token accepted) or
+    a correction (of the first rejected one)."""
+    if drafted == 0:
+        return TokenKind.TARGET
+    return TokenKind.BONUS if accepted == drafted else TokenKind.CORRECTED
 
 
 def verify(rows: np.ndarray, draft: Draft, rules: Rules) -> tuple[int, int | None]:

@@ -13,8 +13,17 @@ holds only near the depth it was measured at, and elsewhere it is "–".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from time import perf_counter
+
+import numpy as np
 
 from .events import PlainMeasured
+from .llama import Context, Model
+from .loop import speculate
+from .rules import Rules
+from .phases import announce
+from .sampling import SamplingParams
+from .stats import rate
 
 PLAIN_RATE_TOKENS = 32  # tokens of the plain run that gives "vs plain" its reference, on every backend
 UNSLOPED_TOLERANCE = 0.25  # without a slope, a reference is used within this share of the depth it was measured at
@@ -60,3 +69,29 @@ class PlainReference:
             return f"{self.source} at {self.depth} tokens deep, {sampling}; this reply is {depth:.0f} deep"
         how = "at" if self.per_token_s is None else "modelled at"
         return f"{how} {depth:.0f} tokens deep, {sampling} — {self.source}"
+
+
+def measure_plain(ctx: Context, target: Model, conversation: list[int], sampling: SamplingParams,
+                  slope: float | None, tokens: int = PLAIN_RATE_TOKENS) -> PlainReference | None:
+    """Plain decoding of ``target`` through the same step a reply takes, ``tokens`` of it after ``conversation``, with
+    ``sampling`` (its own random draws), then undone. None when the context has no room for the run."""
+    announce(f'measuring plain decoding for "vs plain" ({tokens} tokens)')
+    seq = list(conversation) or [max(target.bos, 0)]
+    keep = len(seq) - 1
+    if keep + tokens + 1 >= ctx.n_ctx:
+        return None
+    if keep:
+        ctx.sync(seq[:-1])
+    else:
+        ctx.truncate(0)
+    rules = Rules(sampling, np.random.default_rng(sampling.seed), np.random.default_rng(sampling.seed), target)
+    times = []
+    for _ in range(tokens):
+        seq.append(speculate(ctx, seq, None, 0, rules).token)
+        times.append(perf_counter())
+    ctx.truncate(keep)
+    tps = rate(len(times) - 1, times[-1] - times[0])
+    if tps is None:
+        return None
+    return PlainReference.measured(tps, keep + tokens // 2, slope, not sampling.greedy,
+                                   f"a plain run of {tokens} tokens after loading, same loop")

@@ -16,21 +16,22 @@ import numpy as np
 
 from .. import paths
 from . import machine
-from .draft_length.adaptive import AUTO_K_MAX, Adaptive
-from .draft_length.auto import VerifyCost
-from .draft_length.memory import AutoMemory
+from .draft_length.auto_length import AUTO_K_MAX, Adaptive
+from .draft_length.policies import VerifyCost
+from .draft_length.learned_store import LearnedStore
 from .engine_config import SWITCHED_OFF_BY_HAND, EngineConfig, ModelSettings, SpecConfig
 from .draft_length.costs import (QUIET_OTHERS, CostCache, busy_timings, drop_busy, measure_depth_slope,
                                  measure_verify_cost, probe_verify_cost, quiet, sizes_up_to, watched)
 from .draft_length import DraftLength, FixedLength
 from .drafters import METHODS, Drafter, Parts
-from .drafters.history import History
+from .drafters.stored_chats import StoredChatsDrafter
 from .drafters.ngram import NgramDrafter
 from .events import SpeculationState
 from .draft_length.learned_costs import LearnedVerifyCost
 from .llama import Context, Model
 from .loading import LoadedDraft, LoadedTarget
-from .loop import Rules, StepOutcome
+from .loop import StepOutcome
+from .rules import Rules
 
 # "Off" is never for good (issue #47): where "auto" judged that nothing can win, the verify costs it judged by are
 # probed again between replies (1 and 8 rows, and a new sweep when they disagree), each probe paid from this share of
@@ -47,7 +48,7 @@ class Speculation:
         self._learned: dict[tuple[SpecConfig, object, object], Adaptive] = {}
         self._learned_costs: dict[str, LearnedVerifyCost] = {}  # per target, threads and sweep: shared by methods
         self.ngram = NgramDrafter(config.spec.ngram_min, config.spec.ngram_max)
-        self.history = History()  # earlier chats, once the engine is given them (``Engine.learn_history``)
+        self.stored_chats = StoredChatsDrafter()  # earlier chats, once the engine is given them (``Engine.learn_stored_chats``)
         self._retime_credit = 0.0  # seconds of probing the decoding since the last probe has paid for
         self._probe_s = 0.3  # what the last probe took (the first one's guess: 1 and 8 rows thrice, and its window)
 
@@ -86,14 +87,14 @@ class Speculation:
         self._learned.clear()
         self._learned_costs.clear()
         self.ngram.forget()
-        self.history = History()
+        self.stored_chats = StoredChatsDrafter()
 
     def _build_drafter(self) -> None:
         """The method's drafter for the models loaded now (None: plain decoding, or a method only a llama.cpp server
         runs)."""
         build = METHODS[self.config.spec.method].build
         model = self._draft.drafter if self._draft is not None else None
-        self.drafter: Drafter | None = build(Parts(self.ngram, model, self.length, self.history)) if build is not None else None
+        self.drafter: Drafter | None = build(Parts(self.ngram, model, self.length, self.stored_chats)) if build is not None else None
 
     def state(self) -> SpeculationState:
         method = self.config.spec.method
@@ -108,8 +109,8 @@ class Speculation:
         return SpeculationState(method, True)
 
     @property
-    def n_max(self) -> int:
-        """The draft length in use: fixed by the profile, or the one "auto" chose last."""
+    def draft_length(self) -> int:
+        """The draft length in use: the profile's cap when it is fixed, or the one "auto" chose last."""
         return self.length.k
 
     @property
@@ -269,7 +270,7 @@ class Speculation:
                f"|temperature={sampling.temperature}|top_k={sampling.top_k}|top_p={sampling.top_p}"
                f"|min_p={sampling.min_p}")
         return Adaptive.open(self._learned_costs[costs_key], spec.copies, k_max, draft_cost,
-                             AutoMemory(paths.auto_memory_file()), key, costs_key, depth, recalls=spec.reads_history)
+                             LearnedStore(paths.auto_learned_file()), key, costs_key, depth, recalls=spec.reads_stored_chats)
 
     @staticmethod
     def _costs(model: Model, ctx: Context, settings: ModelSettings, sizes: tuple[int, ...], what: str) -> VerifyCost:

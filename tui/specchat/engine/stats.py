@@ -31,7 +31,7 @@ class ReplyStats:
     method: str = "none"
     speculation_active: bool = False
     speculation_reason: str = ""
-    n_max: int = 0
+    draft_length: int = 0  # in use as the reply ended: the cap when fixed, "auto"'s latest choice
     adaptive: bool = False
     prompt_tokens: int = 0
     prefill_tokens: int = 0

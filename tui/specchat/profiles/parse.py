@@ -11,8 +11,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..backends.run_config import BackendSettings
-from ..backends.kinds import kind_named
+from ..backends.run_config import BackendSettings, kind_named
 from ..engine.engine_config import SpecConfig, check_method
 from ..errors import ConfigError
 from .schema import SCHEMA, Profile, fits
@@ -80,7 +79,7 @@ def parse_profile(source: str, path: Path | None = None, name: str | None = None
         spec = SpecConfig(method=draft["method"], n_max=draft["n_max"], n_min=draft["n_min"], p_min=draft["p_min"],
                           ngram_min=draft["ngram_min"], ngram_max=draft["ngram_max"])
         BackendSettings(kind=backend["kind"], spec_type=backend["spec_type"], url=backend["url"], api=backend["api"])
-        check_method(spec, draft["model"] is not None, kind.runner)
+        check_method(spec, draft["model"] is not None, in_engine=kind.runs_engine, own_models=kind.own_models)
     except ConfigError as exc:
         section, key = exc.key or ("draft", None)
         raise ConfigError(f"{_where(path, source, section, key)}: {exc}") from None

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..backends.run_config import BackendSettings, RunConfig
-from ..backends.kinds import kind_named
+from ..backends.run_config import BackendSettings, RunConfig, kind_named
 from ..engine.drafters import METHODS
 from ..engine.engine_config import ModelSettings, SpecConfig, default_threads
 from ..engine.repetition import LoopRule
@@ -51,45 +50,18 @@ def run_config(profile: Profile, **overrides: Any) -> RunConfig:
         values[section][key] = value
     target, draft, sampling, chat = values["target"], values["draft"], values["sampling"], values["chat"]
     try:
-        spec = SpecConfig(
-            method=draft["method"],
-            n_max=draft["n_max"],
-            n_min=draft["n_min"],
-            p_min=float(draft["p_min"]),
-            ngram_min=draft["ngram_min"],
-            ngram_max=draft["ngram_max"],
-        )
+        spec = SpecConfig(method=draft["method"], n_max=draft["n_max"], n_min=draft["n_min"],
+                          p_min=float(draft["p_min"]), ngram_min=draft["ngram_min"], ngram_max=draft["ngram_max"])
         base = model_base(profile)
         own_models = kind_named(values["backend"]["kind"]).own_models
-        if not own_models:
-            target_path = models.resolve(target["model"], "target", base)
-        elif target["model"]:  # a server with its own models; a local copy of the target only tokenizes
-            target_path = models.locate(target["model"], base).path or Path(target["model"])
-        else:
-            target_path = Path("remote")
-        target_settings = ModelSettings(target_path, target["n_gpu_layers"], target["threads"] or default_threads())
-        draft_settings = None
-        # (An override may ask for a draft the profile does not name, --method draft: RunConfig says what is missing.)
-        if spec.uses_draft_model and not own_models and draft["model"] is not None:
-            draft_settings = ModelSettings(
-                models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], draft["threads"] or default_threads()
-            )
-        elif METHODS[spec.method].assistant and not own_models:  # MTP: the target's heads, or its assistant GGUF
-            named = draft["model"]
-            assistant = models.resolve(named, "draft", base) if named is not None else mtp_drafter(target_path)
-            if assistant is not None:
-                draft_settings = ModelSettings(assistant, draft["n_gpu_layers"], draft["threads"] or default_threads())
+        target_path = _target_path(target["model"], own_models, base)
         return RunConfig(
-            target=target_settings,
-            draft=draft_settings,
+            target=ModelSettings(target_path, target["n_gpu_layers"], target["threads"] or default_threads()),
+            draft=None if own_models else _draft_settings(spec, draft, target_path, base),
             spec=spec,
-            sampling=SamplingParams(
-                temperature=float(sampling["temperature"]),
-                top_k=sampling["top_k"],
-                top_p=float(sampling["top_p"]),
-                min_p=float(sampling["min_p"]),
-                seed=sampling["seed"],
-            ),
+            sampling=SamplingParams(temperature=float(sampling["temperature"]), top_k=sampling["top_k"],
+                                    top_p=float(sampling["top_p"]), min_p=float(sampling["min_p"]),
+                                    seed=sampling["seed"]),
             n_ctx=target["n_ctx"],
             kv_cache=target["kv_cache"],
             system_prompt=values["chat"]["system_prompt"] or None,
@@ -101,3 +73,25 @@ def run_config(profile: Profile, **overrides: Any) -> RunConfig:
         )
     except SpecchatError as exc:
         raise type(exc)(f"profile {profile.name}: {exc}") from None
+
+
+def _target_path(named: str | None, own_models: bool, base: Path | None) -> Path:
+    if not own_models:
+        return models.resolve(named, "target", base)
+    if named:  # a server with its own models; a local copy of the target only tokenizes
+        return models.locate(named, base).path or Path(named)
+    return Path("remote")
+
+
+def _draft_settings(spec: SpecConfig, draft: dict[str, Any], target: Path, base: Path | None) -> ModelSettings | None:
+    """The draft model's settings, for a method that loads one here. (An override may ask for a draft the profile
+    does not name, --method draft: RunConfig says what is missing.)"""
+    threads = draft["threads"] or default_threads()
+    if spec.uses_draft_model and draft["model"] is not None:
+        return ModelSettings(models.resolve(draft["model"], "draft", base), draft["n_gpu_layers"], threads)
+    if METHODS[spec.method].assistant:  # MTP: the target's heads, or its assistant GGUF
+        named = draft["model"]
+        assistant = models.resolve(named, "draft", base) if named is not None else mtp_drafter(target)
+        if assistant is not None:
+            return ModelSettings(assistant, draft["n_gpu_layers"], threads)
+    return None

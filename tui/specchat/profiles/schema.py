@@ -14,9 +14,8 @@ from typing import Any
 from tomlkit.toml_document import TOMLDocument
 
 from .. import paths
-from ..backends.run_config import APIS, SPEC_TYPES, known_spec_type
-from ..backends.kinds import BackendKind, backend_kinds, kind_named
-from ..engine.engine_config import KV_CACHES
+from ..backends.run_config import APIS, BackendKind, SPEC_TYPES, backend_kinds, kind_named, known_spec_type
+from ..engine.engine_config import DEFAULT_N_MAX, KV_CACHES
 from ..engine.drafters import METHODS
 from ..engine.repetition import LoopRule
 
@@ -66,7 +65,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "model": Key(str, None, "a GGUF path or model name"),
         "n_gpu_layers": Key(int, 0, LAYERS, lambda v: -1 <= v <= MAX_LAYERS),
         "threads": Key(int, 0, THREADS, lambda v: 0 <= v <= MAX_THREADS),
-        "n_max": Key((int, str), 4, f'an integer from 1 to {MAX_DRAFT} or "auto"',
+        "n_max": Key((int, str), DEFAULT_N_MAX, f'an integer from 1 to {MAX_DRAFT} or "auto"',
                      lambda v: v == "auto" or (_is_int(v) and 1 <= v <= MAX_DRAFT)),
         "n_min": Key(int, 0, f"an integer from 0 to {MAX_DRAFT}", lambda v: 0 <= v <= MAX_DRAFT),
         "p_min": Key((int, float), 0.0, "a probability in [0, 1]", lambda v: 0 <= v <= 1),

@@ -75,7 +75,7 @@ def branch(repl: Repl, arg: str) -> None:
                  f"message {index + 1} has one version — /edit {index + 1} (or /retry for a reply) makes another",
                  "class:dim")
         return
-    shown, count = repl.controller.show_alternative(index, -1 if direction == "prev" else 1)
+    shown, count = repl.controller.session.step_alternative(index, -1 if direction == "prev" else 1)
     repl.say(f"message {index + 1}: version {shown} of {count}", "class:dim")
     repl.print_turns(index)
 

@@ -51,7 +51,7 @@ def _profile(repl: Repl, name: str) -> None:
         repl.say(f"profile {repl.profile.name if repl.profile else DASH} — /profile NAME switches (Tab completes),"
                  " /profile - goes back to the one before")
         return
-    _switched(repl, repl.switch(repl.controller.previous_profile() if name == "-" else Choice(name)))
+    _switched(repl, repl.switch(repl.controller.switcher.previous_profile() if name == "-" else Choice(name)))
 
 
 def _switched(repl: Repl, line: str) -> None:
@@ -68,7 +68,7 @@ def _spec(repl: Repl, arg: str) -> None:
     if choice is not None and (arg == "off" and choice.speculation_off or arg == "on" and speculating):
         repl.say(f"speculation is {arg} already", "class:dim")
         return  # "on" for a profile that does not speculate is refused, with its reason, below
-    _switched(repl, repl.switch(repl.controller.speculation_toggled()))
+    _switched(repl, repl.switch(repl.controller.switcher.speculation_toggled()))
 
 
 def _fav(repl: Repl, arg: str) -> None:
@@ -90,11 +90,11 @@ def _draft(repl: Repl, arg: str) -> None:
     arg = arg.strip()
     controller = repl.controller
     if arg in ("+", "-"):
-        choice = controller.draft_length(1 if arg == "+" else -1)
+        choice = controller.switcher.draft_cap(1 if arg == "+" else -1)
     elif arg == "auto" or is_number(arg):
-        choice = controller.draft_length_set("auto" if arg == "auto" else int(arg))
+        choice = controller.switcher.draft_cap_set("auto" if arg == "auto" else int(arg))
     else:
-        repl.say(f"draft length {repl.backend.n_max if repl.backend else DASH} — /draft + or - (one token more or"
+        repl.say(f"draft length {repl.backend.draft_length if repl.backend else DASH} — /draft + or - (one token more or"
                  " less per step), /draft N, /draft auto", "class:dim")
         return
     _switched(repl, repl.switch(choice))

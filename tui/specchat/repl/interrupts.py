@@ -1,10 +1,15 @@
-"""Ctrl+C while a reply (or an A/B run) streams in the REPL: the first stops it, the second quits."""
+"""Ctrl+C while a reply (or an A/B run) streams in the REPL: the first stops it, the second quits; while a load runs,
+it is noted, not raised; and keys pressed meanwhile are not echoed into the reply."""
 
 from __future__ import annotations
 
 import signal
+import termios
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from prompt_toolkit.input import Input
 
 
 class Interrupts:
@@ -26,3 +31,40 @@ class Interrupts:
         if signum != signal.SIGINT or self.cancel.is_set():
             self.quit_now()
         self.cancel.set()
+
+
+@contextmanager
+def unechoed(keyboard: Input | None) -> Iterator[None]:
+    """While a reply streams, keys pressed are not echoed into it (``^C`` included); Ctrl+C still interrupts and
+    what was typed waits for the next prompt."""
+    try:
+        fd = keyboard.fileno() if keyboard is not None else None
+        saved = termios.tcgetattr(fd) if fd is not None else None
+    except (termios.error, OSError, NotImplementedError):
+        saved = None  # not a terminal (a pipe)
+    if saved is None:
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)  # lflag
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
+class Patience:
+    """While the REPL waits on the worker thread for something that cannot stop half-way (a load): Ctrl+C is noted,
+    not raised — raised, it would end the REPL with the worker thread still working."""
+
+    def __enter__(self) -> Patience:
+        self.interrupted = False
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        self.interrupted = True

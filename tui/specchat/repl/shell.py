@@ -1,29 +1,25 @@
 """The REPL: read a line, answer it into the scrollback, repeat — on the same backend, session and store as the app.
 
-Every call into the backend runs on one engine thread, the same for the REPL's whole life: llama.cpp keeps a team of
-compute threads per calling thread (OpenMP), and a model loaded on one thread and decoded on another made a second
-team that fought the first for the cores (the draft's one-token decodes ran at half speed). While a reply is generated
-there, this thread prints its tokens as they arrive (at most five times a second, like the app's frames, so printing
-never takes the cores from decoding) and keeps the status line current.
+Every call into the backend runs on the worker thread of ``chats.replies.Replies``, the same for the REPL's whole life.
+While a reply is generated there, this thread prints each frame of it (at most five times a second, like the app's
+frames, so printing never takes the cores from decoding) and keeps the status line current.
 Ctrl+C stops a reply (kept, marked cancelled); a second Ctrl+C, or the terminal closing, quits with the partial
 reply saved as interrupted.
 """
 
 from __future__ import annotations
 
-import queue
-import signal
 import sys
-import termios
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from concurrent.futures import Future
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from prompt_toolkit import PromptSession, print_formatted_text
+from prompt_toolkit.completion import Completer
 from prompt_toolkit.formatted_text import FormattedText
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.input import Input
@@ -32,11 +28,14 @@ from prompt_toolkit.output import ColorDepth, Output, create_output
 
 from .. import paths
 from ..chats.choice import Choice
-from ..chats.controller import ChatController, ControllerViews, Switched
-from ..chats.exchange import Failure
+from ..chats.controller import ChatController, ControllerViews
+from ..chats.switcher import Switched
+from ..chats.exchange import Exchange
 from ..chats.records import INTERRUPTED, ReplyRecord
-from ..chats.store import DIR_MODE, FILE_MODE, Store, open_store, private
-from ..engine import DraftRejected, ReplyFinished, ReplyStarted, TokenEmitted
+from ..chats.replies import Frame, Replies
+from ..chats.store import DIR_MODE, FILE_MODE, Store, private
+from ..chats.store_opening import open_store
+from ..engine import DraftRejected, ReplyStarted, TokenEmitted
 from ..errors import Refused, SpecchatError
 from ..figures import DASH, summary_line
 from ..engine import phases
@@ -44,11 +43,11 @@ from ..profiles.embedded import DERIVING
 from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
 from ..text import valid_text
 from . import render
-from .commands import PromptCompleter, run_command
-from .interrupts import Interrupts
+from .interrupts import Interrupts, Patience, unechoed
 from .status import StatusLine
 
 FRAME_S = 0.2
+CLOSE_WAIT_S = 60.0  # every long operation stops when cancelled; this only bounds a backend that hangs outright
 MEMORY_EVERY_S = 1.0
 TOOLBAR_REFRESH_S = 0.5  # the toolbar is drawn again this often at the prompt: "loading…" turns into the figures
 
@@ -65,18 +64,24 @@ class ReplSettings:
     settings_file: Path = field(default_factory=paths.settings_file)  # the favourite profiles
 
 
-_DONE = object()
+@dataclass(frozen=True)
+class Commands:
+    """The slash commands, given to the REPL by whoever makes it (``repl.make_repl``): the shell runs a line through
+    ``run`` and completes through ``completer``, and knows nothing else of them (they know the shell)."""
+
+    run: Callable[[Repl, str], None]
+    completer: Callable[[Repl], Completer]
 
 
 class Repl(ControllerViews):
-    def __init__(self, settings: ReplSettings, *, input: Input | None = None, output: Output | None = None,
-                 text_out: TextIO | None = None, interactive: bool = True) -> None:
+    def __init__(self, settings: ReplSettings, commands: Commands, *, input: Input | None = None,
+                 output: Output | None = None, text_out: TextIO | None = None, interactive: bool = True) -> None:
 
         self.settings = settings
+        self.commands = commands
         self.interactive = interactive
         self.text_out = text_out or sys.stdout
         self.output = output or create_output()
-        self._engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
         self.ghosts = False
         self.quitting = False
         self._advised: set[str] = set()  # profiles whose "slower than plain" advice was given
@@ -87,6 +92,8 @@ class Repl(ControllerViews):
         self._memory_text, self._memory_at = DASH, -MEMORY_EVERY_S
         self.controller = ChatController(self._open_store(), settings.profile, self._problem,
                                          max_tokens=settings.max_tokens)
+        self.replies = Replies(self.controller, lambda line: self._problem(line, True))
+        self.replies.start()
         self.prompt: PromptSession | None = None
         if interactive:  # piped lines need no line editor
             if settings.history_path is not None:
@@ -95,7 +102,7 @@ class Repl(ControllerViews):
                 private(settings.history_path, FILE_MODE)  # a prompt history is as private as the chats
             history = FileHistory(str(settings.history_path)) if settings.history_path else InMemoryHistory()
             self.prompt = PromptSession(history=history, input=input, output=self.output,
-                                        completer=PromptCompleter(self), complete_while_typing=True,
+                                        completer=commands.completer(self), complete_while_typing=True,
                                         key_bindings=self._keys(), vi_mode=settings.vi,
                                         color_depth=None if settings.color else ColorDepth.MONOCHROME,
                                         bottom_toolbar=None if settings.plain else self._toolbar,
@@ -155,7 +162,7 @@ class Repl(ControllerViews):
             doing = f": {said[-1]}" if said else "…"  # the phase the load is in (engine/phases.py)
             return FormattedText([("class:toolbar", f"loading {name}{doing} (a message sent now waits for it)")])
         width = self.output.get_size().columns
-        return FormattedText([("class:toolbar", render.figures(self.telemetry, name, self.controller.method,
+        return FormattedText([("class:toolbar", render.figures(self.telemetry, name, self.controller.switcher.method,
                                                                self._memory(), width))])
 
     # -- set-up ----------------------------------------------------------------------------------------------------
@@ -186,13 +193,13 @@ class Repl(ControllerViews):
         what it took. Ctrl+C meanwhile does not end the REPL: a load runs to its end (the previous profile stays on
         failure)."""
         before = self.controller.choice
-        with _Patience() as patience, phases.told(lambda line: self.say(line, "class:dim")):
+        with Patience() as patience, phases.told(lambda line: self.say(line, "class:dim")):
             try:
                 switched = self.on_engine(self.controller.switch, choice)
             except SpecchatError:
-                self.controller.switch_failed()
+                self.controller.switcher.switch_failed()
                 raise
-        notes = self.controller.profile_switched(switched)
+        notes = self.controller.switcher.profile_switched(switched)
         if not self.settings.plain:
             for note in notes:
                 self._problem(f"note: {note}", False)
@@ -201,8 +208,8 @@ class Repl(ControllerViews):
         return switched.announcement(before)
 
     def on_engine(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``call`` run on the engine thread; its result (or exception) here."""
-        return self._engine.submit(call, *args, **kwargs).result()
+        """``call`` run on the backend's worker thread; its result (or exception) here."""
+        return self.replies.call(call, *args, **kwargs)
 
     def _start(self) -> bool:
         """Load the first profile. False (having said why) when it cannot."""
@@ -214,16 +221,16 @@ class Repl(ControllerViews):
         return True
 
     def _start_loading(self) -> None:
-        """The first profile loads on the engine thread while the prompt is already up: a message sent before it is
+        """The first profile loads on the worker thread while the prompt is already up: a message sent before it is
         ready waits for it (``_loaded``). The phase it is in shows in the toolbar; a first start's deriving of the
         demo draft is said again after, with its progress."""
         said: list[str] = []
 
         def load() -> Switched:
             with phases.told(said.append):
-                return self.controller.switch(Choice(self.settings.profile))
+                return self.controller.switcher.switch(Choice(self.settings.profile))
 
-        self._loading = (self._engine.submit(load), said)
+        self._loading = (self.replies.future(load), said)
 
     def _loaded(self) -> bool:
         """The first load finished, its lines said; False when it failed (said, and the REPL ends) or the user
@@ -242,7 +249,7 @@ class Repl(ControllerViews):
             self._loading = None
             for line in said:
                 self.say(line, "class:dim")
-            self.controller.switch_failed()
+            self.controller.switcher.switch_failed()
             self._problem(str(exc), True)
             self.quitting, self.failed_start = True, True
             return False
@@ -250,7 +257,7 @@ class Repl(ControllerViews):
         for line in said:
             if line.startswith(DERIVING):  # once per machine, and long: said; the other phases were the toolbar's
                 self.say(line, "class:dim")
-        notes = self.controller.profile_switched(switched)
+        notes = self.controller.switcher.profile_switched(switched)
         if not self.settings.plain:
             for note in notes:
                 self._problem(f"note: {note}", False)
@@ -306,7 +313,7 @@ class Repl(ControllerViews):
         if text.startswith("/"):
             if editing is not None:
                 self.say(f"(message {editing + 1} was left as it was)", "class:dim")
-            run_command(self, text)
+            self.commands.run(self, text)
         else:
             self.answer_or_say_why(text, editing)
 
@@ -326,26 +333,19 @@ class Repl(ControllerViews):
         except SpecchatError as exc:  # e.g. no model loaded after a failed switch: one line, the REPL goes on
             self._problem(str(exc), True)
 
-    def run_exchange(self, exchange) -> None:
+    def run_exchange(self, exchange: Exchange) -> None:
         """Run an exchange the controller began (a question, a regenerated one), printing it as it streams."""
         record = self.session.last_reply
         assert record is not None
-        inbox: queue.Queue = queue.Queue()
-
-        def work() -> None:
-            try:
-                failure = exchange.run(inbox.put)
-                self.controller.refresh_facts()
-                if failure is not None:
-                    inbox.put(failure)
-            finally:
-                inbox.put(_DONE)
-
         status = StatusLine(self.output) if self.interactive and not self.settings.plain else None
+        finished = failed = None
         with Interrupts(exchange.cancel, self.quit_soon), status or nullcontext(), \
-                _unechoed(self.prompt and self.prompt.input):
-            self._engine.submit(work)
-            finished, failed = self._stream(inbox, record, status)
+                unechoed(self.prompt and self.prompt.input):
+            self.replies.answer(exchange)
+            for frame in self.replies.frames(FRAME_S):
+                closes = finished is None and (frame.finished is not None or frame.ended)  # the reply's line ends
+                self._print_frame(frame, status, closes)
+                finished, failed = frame.finished or finished, frame.failure
         if failed is not None:
             self.unsent = self.controller.failed(failed) or ""
         self.session.save()
@@ -365,35 +365,22 @@ class Repl(ControllerViews):
         instead = f"/profile {tip.suggestion}" if tip.suggestion else "/spec off"
         self.say(f"slower than plain: {tip.why} — {instead} ({tip.does})", "class:warn")
 
-    def _stream(self, inbox: queue.Queue, record, status: StatusLine | None) -> tuple[ReplyFinished | None,
-                                                                                     Failure | None]:
-        """Print what arrives until the worker is done, in batches (one per frame)."""
-        finished = failed = None
-        while True:
-            events = [inbox.get()]
-            while not inbox.empty():
-                events.append(inbox.get_nowait())
-            done = _DONE in events
-            failed = next((e for e in events if isinstance(e, Failure)), failed)
-            events = [e for e in events if e is not _DONE and not isinstance(e, Failure)]
-            finished = self.controller.absorb(events) or finished
-            fragments: list[tuple[str, str]] = []
-            for event in events:
-                if isinstance(event, TokenEmitted):
-                    fragments.append((f"class:{event.kind.value}", event.text))
-                elif isinstance(event, ReplyStarted) and event.stored_chats and not self.settings.plain:
-                    fragments.append(("class:dim", f"({event.stored_chats})\n"))
-                elif isinstance(event, DraftRejected) and self.ghosts and not self.settings.plain:
-                    fragments.append(("class:ghost", event.text))
-            if any(isinstance(e, ReplyFinished) for e in events) or done:
-                fragments.append(("", "\n"))
-            if fragments:
-                self._print(FormattedText(fragments))
-            if status is not None:
-                status.show(self._toolbar()[0][1])
-            if done:
-                return finished, failed
-            time.sleep(FRAME_S)
+    def _print_frame(self, frame: Frame, status: StatusLine | None, closes: bool) -> None:
+        """A frame of the reply: its tokens in their colours (a rejected tail as ghost text, where shown)."""
+        fragments: list[tuple[str, str]] = []
+        for event in frame.events:
+            if isinstance(event, TokenEmitted):
+                fragments.append((f"class:{event.kind.value}", event.text))
+            elif isinstance(event, ReplyStarted) and event.stored_chats and not self.settings.plain:
+                fragments.append(("class:dim", f"({event.stored_chats})\n"))
+            elif isinstance(event, DraftRejected) and self.ghosts and not self.settings.plain:
+                fragments.append(("class:ghost", event.text))
+        if closes:
+            fragments.append(("", "\n"))
+        if fragments:
+            self._print(FormattedText(fragments))
+        if status is not None:
+            status.show(self._toolbar()[0][1])
 
     def quit_soon(self) -> None:
         """The terminal closed (or a second Ctrl+C): stop what runs, then leave; a reply it stops is kept, marked
@@ -404,46 +391,7 @@ class Repl(ControllerViews):
     def close(self) -> None:
         if self._loading is not None:  # leaving before the first load ended: it ends first (nothing frees under it)
             self._loading[0].exception()
-        self.controller.interrupt([])
-        self.on_engine(self.controller.close)
-        self._engine.shutdown()
+        self.replies.close(CLOSE_WAIT_S)
 
 
-@contextmanager
-def _unechoed(keyboard: Input | None) -> Iterator[None]:
-    """While a reply streams, keys pressed are not echoed into it (``^C`` included); Ctrl+C still interrupts and
-    what was typed waits for the next prompt."""
-    try:
-        fd = keyboard.fileno() if keyboard is not None else None
-        saved = termios.tcgetattr(fd) if fd is not None else None
-    except (termios.error, OSError, NotImplementedError):
-        saved = None  # not a terminal (a pipe)
-    if saved is None:
-        yield
-        return
-    quiet = list(saved)
-    quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)  # lflag
-    termios.tcsetattr(fd, termios.TCSANOW, quiet)
-    try:
-        yield
-    finally:
-        termios.tcsetattr(fd, termios.TCSANOW, saved)
-
-
-class _Patience:
-    """While the REPL waits on the engine thread for something that cannot stop half-way (a load): Ctrl+C is noted,
-    not raised — raised, it would end the REPL with the engine thread still working."""
-
-    def __enter__(self) -> _Patience:
-        self.interrupted = False
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        signal.signal(signal.SIGINT, self._previous)
-
-    def _handle(self, _signum: int, _frame: object) -> None:
-        self.interrupted = True
-
-
-__all__ = ["INTERRUPTED", "Repl", "ReplSettings"]
+__all__ = ["INTERRUPTED", "Commands", "Repl", "ReplSettings"]

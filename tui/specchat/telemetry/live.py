@@ -47,8 +47,8 @@ class LiveTelemetry:
     reply: ReplyStats = field(default_factory=ReplyStats)  # counters of the reply in progress (or the last one)
     chat: ReplyStats = field(default_factory=ReplyStats)  # the same counters over this chat
     spark: deque[float] = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
-    n_max: int = 0
-    adaptive: bool = False  # the draft length is "auto"'s choice (n_max is the one it made last)
+    draft_length: int = 0  # in use: the cap when it is fixed, "auto"'s latest choice
+    adaptive: bool = False  # the draft length is "auto"'s choice
     sampled: bool = False  # the profile samples: a reference its replies give is a sampled one
     generating: bool = False
     reply_tokens: int = 0
@@ -76,40 +76,11 @@ class LiveTelemetry:
 
     def _consume(self, event: Event) -> None:
         if isinstance(event, TokenEmitted):
-            self.reply_tokens += 1
-            self._recent.append(event.elapsed)
-            if self.ttft is None:
-                self.ttft = event.elapsed  # seconds to the first token
-            elif event.step != self._last_step:
-                self._token_steps += 1
-            self._last_step = event.step
-            self.context_used += 1
-            self._step_ends[event.step] = event.elapsed
+            self._token(event)
         elif isinstance(event, StepVerified):
-            for counters in (self.reply, self.chat):
-                counters.record_step(event.drafted, event.accepted, event.ignored, event.withheld)
-            self.n_max = event.n_max
-            self.context_used = event.context_used
-            if event.source is not None:
-                self.drafted_from[event.source] = self.drafted_from.get(event.source, 0) + event.drafted
-            if event.drafted:
-                self.spark.append(event.accepted / event.drafted)
-            self._plain_step(event)
+            self._step(event)
         elif isinstance(event, ReplyStarted):
-            self.reply = ReplyStats()
-            self.drafted_from = {}
-            self.generating = True
-            self.reply_tokens = 0
-            self.reply_tps = self.ttft = None
-            self._recent.clear()
-            self._step_ends.clear()
-            self._plain_steps.clear()
-            self._token_steps = self._last_step = 0
-            self.speculation = event.speculation
-            self.context_used = self.prompt_tokens = event.prompt_tokens
-            self.estimated = event.estimated_tokens
-            self.stored_chats = event.stored_chats
-            self.n_ctx = event.n_ctx
+            self._reply_started(event)
         elif isinstance(event, SpeculationChanged):
             self.speculation = event.speculation
         elif isinstance(event, ThreadsAdjusted):
@@ -121,13 +92,54 @@ class LiveTelemetry:
         elif isinstance(event, ContextTrimmed):
             self.trimmed += event.dropped_messages
         elif isinstance(event, ReplyFinished):
-            self.generating = False
-            stats = event.stats
-            self.reply_tps = stats.decode_tps
-            self.ttft = stats.ttft
-            self.context_used = stats.context_used
-            self.speculation = SpeculationState(stats.method, stats.speculation_active, stats.speculation_reason)
-            self._check_reference(stats.busy_cores is not None)
+            self._reply_finished(event)
+
+    def _token(self, event: TokenEmitted) -> None:
+        self.reply_tokens += 1
+        self._recent.append(event.elapsed)
+        if self.ttft is None:
+            self.ttft = event.elapsed  # seconds to the first token
+        elif event.step != self._last_step:
+            self._token_steps += 1
+        self._last_step = event.step
+        self.context_used += 1
+        self._step_ends[event.step] = event.elapsed
+
+    def _step(self, event: StepVerified) -> None:
+        for counters in (self.reply, self.chat):
+            counters.record_step(event.drafted, event.accepted, event.ignored, event.withheld)
+        self.draft_length = event.draft_length
+        self.context_used = event.context_used
+        if event.source is not None:
+            self.drafted_from[event.source] = self.drafted_from.get(event.source, 0) + event.drafted
+        if event.drafted:
+            self.spark.append(event.accepted / event.drafted)
+        self._plain_step(event)
+
+    def _reply_started(self, event: ReplyStarted) -> None:
+        self.reply = ReplyStats()
+        self.drafted_from = {}
+        self.generating = True
+        self.reply_tokens = 0
+        self.reply_tps = self.ttft = None
+        self._recent.clear()
+        self._step_ends.clear()
+        self._plain_steps.clear()
+        self._token_steps = self._last_step = 0
+        self.speculation = event.speculation
+        self.context_used = self.prompt_tokens = event.prompt_tokens
+        self.estimated = event.estimated_tokens
+        self.stored_chats = event.stored_chats
+        self.n_ctx = event.n_ctx
+
+    def _reply_finished(self, event: ReplyFinished) -> None:
+        self.generating = False
+        stats = event.stats
+        self.reply_tps = stats.decode_tps
+        self.ttft = stats.ttft
+        self.context_used = stats.context_used
+        self.speculation = SpeculationState(stats.method, stats.speculation_active, stats.speculation_reason)
+        self._check_reference(stats.busy_cores is not None)
 
     def reset_chat(self) -> None:
         """A new chat, an opened one or another profile: the chat's counters start again."""

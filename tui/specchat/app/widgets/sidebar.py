@@ -67,8 +67,8 @@ def _head(t: LiveTelemetry, profile: ProfileInfo) -> Text:
     speculation = t.speculation
     head = Text()
     head.append(f"{profile.name}\n", style="bold")
-    length = (" · draft length auto" + (f" ({t.n_max} now)" if t.n_max else "")) if t.adaptive else \
-        (f" · draft length {t.n_max}" if t.n_max else "")
+    length = (" · draft length auto" + (f" ({t.draft_length} now)" if t.draft_length else "")) if t.adaptive else \
+        (f" · draft length {t.draft_length}" if t.draft_length else "")
     head.append(f"method {profile.method}{length}\n")
     if profile.where:
         head.append(profile.where + "\n", style="dim")
@@ -148,13 +148,13 @@ def _counts(t: LiveTelemetry) -> Text:
     counts.append("\n" + " ".join(f"{value:>{len(name)}}" for name, value in columns.items()))
     counts.append(f"\nwithheld: n_min {r.ignored} · p_min {r.withheld}", style="dim")
     sources = t.drafted_from
-    if len(sources) > 1 or DraftSource.HISTORY in sources:  # one source is the method's own: nothing to tell apart
+    if len(sources) > 1 or DraftSource.STORED_CHAT in sources:  # one source is the method's own: nothing to tell apart
         counts.append("\ndrafted from: " + " · ".join(f"{SOURCE_NAMES[s]} {n}" for s, n in sources.items()))
     return counts
 
 
 SOURCE_NAMES = {DraftSource.CONVERSATION: "this chat", DraftSource.REMEMBERED: "this session",
-                DraftSource.HISTORY: "stored chats", DraftSource.MODEL: "draft model"}
+                DraftSource.STORED_CHAT: "stored chats", DraftSource.MODEL: "draft model"}
 
 
 def _memory(memory: MemorySnapshot | None) -> Text:

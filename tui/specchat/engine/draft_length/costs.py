@@ -35,7 +35,7 @@ import numpy as np
 from ..cpu import cpu_sample, others_cores
 from ..llama import Context
 from ..phases import announce
-from .auto import VerifyCost
+from .policies import VerifyCost
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from .auto import VerifyCost
+from .policies import VerifyCost
 
 LEARN_STEPS = 6  # a size's correction follows about its last 6 timed verifies: a shift shows within a few steps
 CLIP = 0.7  # one timed verify counts as at most e^0.7 ≈ 2× off the estimate
@@ -131,7 +131,7 @@ class LearnedVerifyCost:
         self._timed += 1
 
     def state(self) -> dict:
-        """What was learned, for ``memory``."""
+        """What was learned, for ``learned_store``."""
         return {"sizes": list(self.sweep.sizes), "sweep": list(self.sweep.seconds),
                 "correction": [float(c) for c in self.correction],
                 "weight": [float(w) for w in self.weight]}

@@ -13,11 +13,7 @@ from ..events import DraftSource, Origin
 from ..sampling import Dist
 
 if TYPE_CHECKING:
-    from ..draft_length import DraftLength
-    from ..loop import Rules
-    from .history import History
-    from .model import ModelDrafter
-    from .ngram import NgramDrafter
+    from ..rules import Rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +30,7 @@ class Draft:
     copied: list[int] | None = None
     remembered: bool = False
     from_text: bool = False  # copied from earlier text (the n-gram drafter), not guessed by a model
-    origin: Origin | None = None  # copied from a stored reply of an earlier chat (``drafters.history``): which one
+    origin: Origin | None = None  # copied from a stored reply of an earlier chat (``drafters.stored_chats``): which one
     # A copy scored by frequency: the chance that its first 1, 2, … tokens are all right ("auto" prices it by the
     # lower of this and what the match length says).
     survival: tuple[float, ...] | None = None
@@ -44,7 +40,7 @@ class Draft:
         if not self.tokens:
             return None
         if self.origin is not None:
-            return DraftSource.HISTORY
+            return DraftSource.STORED_CHAT
         if self.from_text:
             return DraftSource.REMEMBERED if self.remembered else DraftSource.CONVERSATION
         return DraftSource.MODEL
@@ -62,8 +58,8 @@ class Drafter(Protocol):
     def notice(self, seq: Sequence[int]) -> None:
         """The conversation changed to ``seq``: check whether it can still read it."""
 
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
-        """At most ``n_max`` tokens to follow ``seq``."""
+    def propose(self, seq: Sequence[int], budget: int, rules: Rules) -> Draft:
+        """At most ``budget`` tokens to follow ``seq``."""
         ...
 
     def begin_step(self) -> None:
@@ -74,15 +70,24 @@ class Drafter(Protocol):
     turned_down: Draft | None = None
 
 
+class LengthSplit(Protocol):
+    """How a combined method splits a step between a copy and the draft model (``draft_length.DraftLength``)."""
+
+    def copy_length(self, copy: Draft) -> int: ...
+
+    def model_length(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Parts:
     """What a method's drafter is built from: the engine's n-gram drafter (it remembers replies across switches), the
-    loaded draft model's drafter, the draft-length policy in use, and the index over the user's earlier chats."""
+    loaded draft model's drafter, the draft-length policy in use, and the index over the user's stored chats — each
+    typed by what a method asks of it, so this module imports none of them."""
 
-    ngram: NgramDrafter
-    model: ModelDrafter | None
-    length: DraftLength
-    history: History
+    ngram: Drafter
+    model: Drafter | None
+    length: LengthSplit
+    stored_chats: Drafter
 
 
 @dataclass(frozen=True)
@@ -97,5 +102,5 @@ class Method:
     draft_model: bool = False  # loads [draft] model
     assistant: bool = False  # [draft] model is optional: an assistant GGUF where the target has no heads of its own
     copies: bool = False  # drafts by copying earlier text: "auto" prices its drafts by how far the match reaches
-    reads_history: bool = False  # drafts from the user's earlier chats: the engine indexes them (``Parts.history``)
+    reads_stored_chats: bool = False  # drafts from the user's earlier chats: the engine indexes them (``Parts.stored_chats``)
     server_only: str = ""  # why only a llama.cpp server runs it

@@ -16,14 +16,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .base import NO_DRAFT, Draft, Drafter, Method, Parts
-from .model import ModelDrafter
 
 if TYPE_CHECKING:
-    from ..loop import Rules
+    from ..rules import Rules
 
 
 class CopyThenModel(Drafter):
-    def __init__(self, copier: Drafter, model: ModelDrafter, copy_length: Callable[[Draft], int],
+    def __init__(self, copier: Drafter, model: Drafter, copy_length: Callable[[Draft], int],
                  model_length: Callable[[], int]) -> None:
         """``copier``: the drafter that copies earlier text; ``copy_length(copy)``: how many of a copy's tokens are
         worth verifying; ``model_length()``: how many tokens the draft model drafts when the copy is not used (0: a
@@ -42,12 +41,12 @@ class CopyThenModel(Drafter):
         """A new step: the last one's turned-down copy is not this one's (a plain step proposes nothing)."""
         self.turned_down = None
 
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
-        copy = self.copier.propose(seq, n_max, rules)
+    def propose(self, seq: Sequence[int], budget: int, rules: Rules) -> Draft:
+        copy = self.copier.propose(seq, budget, rules)
         if copy.tokens and self.copy_length(copy) > 0:
             return copy  # the step's ``choose`` keeps as much of it as the match is worth
         self.turned_down = copy if copy.tokens else None
-        k = min(self.model_length(), n_max)
+        k = min(self.model_length(), budget)
         return self.model.propose(seq, k, rules) if k > 0 else NO_DRAFT
 
 

@@ -12,7 +12,7 @@ from ..sampling import Dist, distribution, greedy_token, top_probability
 from .base import NO_DRAFT, Draft, Drafter, Method
 
 if TYPE_CHECKING:
-    from ..loop import Rules
+    from ..rules import Rules
 
 
 class ModelDrafter(Drafter):
@@ -32,7 +32,7 @@ class ModelDrafter(Drafter):
         self.blocked = "" if unknown is None else \
             f"the draft model cannot read token {unknown} of the conversation (its vocabulary is smaller)"
 
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
+    def propose(self, seq: Sequence[int], budget: int, rules: Rules) -> Draft:
         self.notice(seq)
         if self.blocked:
             return NO_DRAFT
@@ -40,8 +40,8 @@ class ModelDrafter(Drafter):
         sampling = rules.sampling
         tokens: list[int] = []
         qs: list[Dist] = []
-        rows = self._rows(n_max) if rules.top else None
-        for i in range(n_max):
+        rows = self._rows(budget) if rules.top else None
+        for i in range(budget):
             row = self.ctx.logits()[-1]
             if rows is not None:
                 rows[i] = row
@@ -61,7 +61,7 @@ class ModelDrafter(Drafter):
             # Nothing after an end token is needed, and nothing after an id the target does not have can be judged.
             if rules.vocab.is_eog(token) or token >= rules.vocab.n_vocab:
                 break
-            if i + 1 < n_max:
+            if i + 1 < budget:
                 self.ctx.decode([token])
         return Draft(tokens, None if sampling.greedy else qs, rows=rows)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .base import NO_DRAFT, Draft, Drafter, Method
 
 if TYPE_CHECKING:
-    from ..loop import Rules
+    from ..rules import Rules
 
 
 class _Index:
@@ -101,7 +101,7 @@ class NgramDrafter(Drafter):
         self._memory += [self.SEPARATOR, *tokens]
         self._recall.extend(self._memory, len(self._memory))
 
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
+    def propose(self, seq: Sequence[int], budget: int, rules: Rules) -> Draft:
         # The n-gram ending at the last token is the key: only earlier ones may answer it.
         self._conversation.extend(seq, len(seq) - 1)
         for n in self.sizes:
@@ -111,10 +111,10 @@ class NgramDrafter(Drafter):
             occurrences = ([(seq, follow, 1) for follow in self._conversation.follows.get(key, ())]
                            + [(self._memory, follow, 0) for follow in self._recall.follows.get(key, ())])
             if occurrences:
-                return self._continuation(seq, occurrences, n, n_max, rules)
+                return self._continuation(seq, occurrences, n, budget, rules)
         return NO_DRAFT
 
-    def _continuation(self, seq: Sequence[int], occurrences: list[tuple[Sequence[int], int, int]], n: int, n_max: int,
+    def _continuation(self, seq: Sequence[int], occurrences: list[tuple[Sequence[int], int, int]], n: int, budget: int,
                       rules: Rules) -> Draft:
         matches = sorted(((self._match_length(seq, source, follow, n), current, follow, source)
                           for source, follow, current in occurrences), key=lambda m: m[:3], reverse=True)
@@ -129,7 +129,7 @@ class NgramDrafter(Drafter):
         token = max(first, key=lambda t: (first.count(t), -first.index(t)))
         group = [(source, follow) for source, follow in group if source[follow] == token]
         tokens = [token]
-        while len(tokens) < n_max and not rules.vocab.is_eog(tokens[-1]):
+        while len(tokens) < budget and not rules.vocab.is_eog(tokens[-1]):
             i = len(tokens)
             ahead = {source[follow + i] for source, follow in group if follow + i < len(source)}
             if len(ahead) != 1 or self.SEPARATOR in ahead:

@@ -14,23 +14,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .base import Draft, Drafter, Method
-from .history import History
-from .ngram import NgramDrafter
 
 if TYPE_CHECKING:
-    from ..loop import Rules
+    from ..rules import Rules
 
 
 class SuffixDrafter(Drafter):
-    def __init__(self, ngram: NgramDrafter, history: History) -> None:
-        self.ngram, self.history = ngram, history
+    def __init__(self, ngram: Drafter, stored_chats: Drafter) -> None:
+        self.ngram, self.stored_chats = ngram, stored_chats
 
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
-        copy = self.ngram.propose(seq, n_max, rules)
-        recalled = self.history.propose(seq, n_max, rules)
+    def propose(self, seq: Sequence[int], budget: int, rules: Rules) -> Draft:
+        copy = self.ngram.propose(seq, budget, rules)
+        recalled = self.stored_chats.propose(seq, budget, rules)
         return recalled if recalled.tokens and recalled.match > copy.match else copy
 
 
 METHOD = Method("suffix", "copies from earlier text of this chat and of every stored chat (a llama.cpp server runs"
                 " ngram-cache on lookup caches of the stored chats); no draft model", "ngram-cache",
-                build=lambda parts: SuffixDrafter(parts.ngram, parts.history), copies=True, reads_history=True)
+                build=lambda parts: SuffixDrafter(parts.ngram, parts.stored_chats), copies=True, reads_stored_chats=True)

@@ -16,5 +16,5 @@ from .suffix import SuffixDrafter
 METHOD = Method("suffix+draft", "copies from this chat and every stored chat where one is worth verifying, the draft"
                 " model otherwise (a llama.cpp server runs ngram-cache on lookup caches of the stored chats)",
                 "ngram-cache,draft-simple",
-                build=lambda parts: then_model(SuffixDrafter(parts.ngram, parts.history), parts), draft_model=True,
-                copies=True, reads_history=True)
+                build=lambda parts: then_model(SuffixDrafter(parts.ngram, parts.stored_chats), parts), draft_model=True,
+                copies=True, reads_stored_chats=True)

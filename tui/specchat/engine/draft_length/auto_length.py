@@ -1,5 +1,5 @@
 """``n_max = "auto"`` for one configuration: its draft-length policies, the verify costs they learn from every step the
-engine times (``learned_costs``), and what is kept from one process to the next (``memory``).
+engine times (``learned_costs``), and what is kept from one process to the next (``learned_store``).
 
 A configuration drafting with a model has an ``AutoDraftLength``; one copying earlier text has ``MatchHazards`` —
 two where it copies from the stored chats too, since how often a copy survives depends on where it was copied from
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from ..drafters import Draft
 from ..loop import StepOutcome
-from .auto import AutoDraftLength, MatchHazards, VerifyCost
+from .policies import AutoDraftLength, MatchHazards, VerifyCost
 from .learned_costs import LearnedDraftCost, LearnedVerifyCost, moved
-from .memory import AutoMemory
+from .learned_store import LearnedStore
 
 AUTO_K_MAX = {"draft": 16, "ngram": 64}  # longest draft "auto" considers: model drafts cost per token, n-grams not
 # A plain step now and then, when drafting never pauses: the plain step is what every draft is compared with, and
@@ -72,7 +72,7 @@ class Adaptive:
     hazards: MatchHazards | None  # n-gram drafts: copies of the open conversation (and this process's other replies)
     acceptance: AutoDraftLength | None  # model drafts
     draft_cost: LearnedDraftCost | None
-    memory: AutoMemory
+    memory: LearnedStore
     key: str  # of the policies' state in the memory
     costs_key: str  # of the learned costs', shared by every configuration of the same target and threads
     priced: VerifyCost  # the curve the policies were last priced with
@@ -89,7 +89,7 @@ class Adaptive:
 
     @classmethod
     def open(cls, costs: LearnedVerifyCost, copies: bool, k_max: dict[str, int], draft_cost: float | None,
-             memory: AutoMemory, key: str, costs_key: str, depth: int, *, recalls: bool = False) -> Adaptive:
+             memory: LearnedStore, key: str, costs_key: str, depth: int, *, recalls: bool = False) -> Adaptive:
         """The policies for a method's drafts — n-gram hazards for one that ``copies`` (and for its copies of stored
         chats, apart, for one that ``recalls`` them), the draft model's acceptance for one with a ``draft_cost`` —
         taking up what an earlier process kept."""

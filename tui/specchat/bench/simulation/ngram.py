@@ -1,56 +1,31 @@
-"""Draft-length policies for n-gram drafts, compared without timing noise: greedy replies replayed.
+"""Draft-length policies for n-gram drafts simulated over greedy replies, without timing noise.
 
 Greedy output does not depend on speculation, so each task's reply is decoded once, plainly, on the real model; then
-every policy is replayed over it: at each step the real n-gram drafter proposes from the conversation so far, the
-policy picks how many tokens to verify, and the recorded reply says how many the target accepts. A step's cost is the
-target's verify time for that batch, from a verify sweep measured here on the same model, threads and backend; the
-speed-up is plain decoding's cost over the policy's (decode steps only, as `specchat bench` reports). Policies:
-
-- `auto`: the engine's ``MatchHazards``, carried over tasks and repetitions as in one `specchat bench` process, with
-  the engine's plain step now and then and its longer draft now and then (``adaptive``: what keeps the learned costs
-  true; here the costs are the sweep's, so they only cost); each reply starts short and earns longer drafts, and
-  weighs earlier replies' judgements as a prior (``SLOW_START``, ``CARRIED_JUDGEMENTS``);
-- `auto, pooled`: the same without that per-reply start — every reply's judgements pooled, as "auto" was before;
-- `n_max N`: verify up to N proposed tokens at every step;
-- `map-k-like`: 48 tokens whenever the match reaches 12 tokens (llama-server's `ngram-map-k` defaults: 12-token key,
-  48-token value);
-- `oracle`: knows how many proposed tokens the target will accept and verifies the best prefix of them — the ceiling
-  of any draft-length policy for this drafter on these replies;
-- `match table`: the best table of draft lengths by match-length class (``HAZARD_CLASSES``) for each task, fitted to
-  that task's reply in hindsight (coordinate descent from several tables, no learning): about the most a policy that
-  sees only how far the proposal's match reaches could get on that reply — what bounds `auto` against `oracle`;
-- `copy ceiling`: at every position the longest run of the reply found verbatim earlier in the conversation, with the
-  best plan of draft lengths over the whole reply — the ceiling of any drafter that copies earlier text (prompt
-  lookup), whatever it proposes and however long it drafts.
-
-    python benchmarks/ngram_replay.py [--tasks FILE] [--repeat 3] [--profile ngram]
-    python benchmarks/ngram_replay.py --suite spec-bench --per 2 [--categories summarization,rag] [--max-tokens N]
-
-Spec-Bench's questions are chosen as `specchat bench` chooses them (the same options, the same draw); each turn of a
-two-turn question is replayed as a reply of its own, named QUESTION/TURN.
+a policy is stepped over it: at each step the real n-gram drafter proposes from the conversation so far, the policy
+picks how many tokens to verify, and the recorded reply says how many the target accepts. A step's cost is the
+target's verify time for that batch, from a verify sweep on the same model, threads and backend; the speed-up is
+plain decoding's cost over the policy's (decode steps only, as `specchat bench` reports). ``ORACLE`` verifies the best
+prefix of each proposal; ``match_table`` and ``copy_ceiling`` bound what a policy, and any copying drafter, could get.
+`benchmarks/ngram_simulation.py` compares them; the tests step the engine's own "auto" through them.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import statistics
 from bisect import bisect_right
-from collections.abc import Callable
 
-from specchat.bench.runners import task_history
-from specchat.bench.tasks import Task
-from specchat.cli.bench import add_task_options, chosen_tasks
-from specchat.engine import TokenEmitted
-from specchat.engine.draft_length.adaptive import AUTO_K_MAX, CALIBRATE_EVERY, explored_copy
-from specchat.engine.draft_length.auto import HAZARD_CLASSES, MatchHazards, VerifyCost
-from specchat.engine.core import Engine
-from specchat.engine.draft_length.costs import measure_verify_cost, sizes_up_to
-from specchat.engine.drafters import Draft
-from specchat.engine.drafters.ngram import NgramDrafter
-from specchat.engine.llama import common_prefix
-from specchat.engine.loop import Rules
-from specchat.profiles import load_profile, run_config
+from ...engine import TokenEmitted
+from ...engine.core import Engine
+from ...engine.draft_length.auto_length import CALIBRATE_EVERY, explored_copy
+from ...engine.draft_length.costs import measure_verify_cost, sizes_up_to
+from ...engine.draft_length.policies import HAZARD_CLASSES, MatchHazards, VerifyCost
+from ...engine.drafters import Draft
+from ...engine.drafters.ngram import NgramDrafter
+from ...engine.llama import common_prefix
+from ...engine.rules import Rules
+from ...profiles import load_profile, run_config
+from ..runners import task_history
+from ..tasks import Task
 
 
 @dataclasses.dataclass
@@ -61,7 +36,7 @@ class Reply:
 
 
 class Policy:
-    """What the replay asks of a policy: the engine's ``MatchHazards`` interface."""
+    """What the simulation asks of a policy: the engine's ``MatchHazards`` interface."""
 
     def plan(self, match: int) -> int:
         raise NotImplementedError
@@ -95,7 +70,7 @@ class EngineAuto(Policy):
 
     def plan(self, match: int) -> int:
         # The engine's choice for a copy on this match (``explored_copy``) as if it went on to the policy's longest:
-        # the replay cuts it to the proposal.
+        # the simulation cuts it to the proposal.
         copy = Draft([0] * self.hazards.k_max, match=match, from_text=True)
         return explored_copy(self.hazards, copy, self.steps, self.hazards.k_max)
 
@@ -148,7 +123,7 @@ def draft_limit(reply: Reply, verify: VerifyCost, pos: int) -> int:
     return min(verify.exact - 1, reply.task.max_tokens - (pos - len(reply.prompt)) - 1)
 
 
-def replay(reply: Reply, policy: Policy | object, verify: VerifyCost, rules: Rules, drafter: NgramDrafter) -> float:
+def simulate(reply: Reply, policy: Policy | object, verify: VerifyCost, rules: Rules, drafter: NgramDrafter) -> float:
     """Plain decoding's cost over the policy's, for the steps after the first token (which the prefill yields)."""
     seq, reply_tokens = reply.prompt + reply.tokens, reply.tokens
     drafter.forget()  # a cold run, as `specchat bench` times by default
@@ -190,14 +165,14 @@ def match_table(reply: Reply, verify: VerifyCost, rules: Rules, drafter: NgramDr
     best = 0.0
     for start in TABLE_STARTS:
         lengths = list(start)
-        here = replay(reply, Table(lengths), verify, rules, drafter)
+        here = simulate(reply, Table(lengths), verify, rules, drafter)
         improved = True
         while improved:
             improved = False
             for i in range(len(lengths)):
                 for k in TABLE_LENGTHS:
                     trial = lengths[:i] + [k] + lengths[i + 1:]
-                    speed = replay(reply, Table(trial), verify, rules, drafter)
+                    speed = simulate(reply, Table(trial), verify, rules, drafter)
                     if speed > here + 1e-9:
                         here, lengths, improved = speed, trial, True
         best = max(best, here)
@@ -218,62 +193,19 @@ def copy_ceiling(reply: Reply, verify: VerifyCost) -> float:
     return (len(reply.tokens) - 1) * verify(1) / cost[start]
 
 
-def recorded(args: argparse.Namespace) -> tuple[Engine, list[Reply]]:
-    """The chosen tasks' greedy replies (``record``), on an engine of the profile's target decoding plainly."""
-    config = dataclasses.replace(run_config(load_profile(args.profile)), adapt_threads=False)
+def recorded(profile: str, tasks: list[Task]) -> tuple[Engine, list[Reply]]:
+    """``tasks``' greedy replies (``record``), on an engine of ``profile``'s target decoding plainly."""
+    config = dataclasses.replace(run_config(load_profile(profile)), adapt_threads=False)
     engine = Engine(dataclasses.replace(config, spec=dataclasses.replace(config.spec, method="none")))
-    tasks, problems = chosen_tasks(args)
-    for problem in problems:
-        print(problem)
     return engine, record(engine, tasks)
 
 
 def swept(engine: Engine, largest: int) -> VerifyCost:
-    """A verify sweep up to ``largest`` rows on the engine's context, printed in plain steps."""
-    verify = measure_verify_cost(engine.ctx, max(engine.target.bos, 0), sizes_up_to(largest))
-    print(f"verify sweep: {', '.join(f'{b}: {s / verify(1):.2f}' for b, s in zip(verify.sizes, verify.seconds))} "
-          f"plain steps; exact up to {verify.exact} rows")
-    return verify
+    """A verify sweep up to ``largest`` rows on the engine's context."""
+    return measure_verify_cost(engine.ctx, max(engine.target.bos, 0), sizes_up_to(largest))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_task_options(parser)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--profile", default="ngram")
-    args = parser.parse_args()
-    engine, replies = recorded(args)
-    verify = swept(engine, AUTO_K_MAX["ngram"] + 1)
-    k_max = min(AUTO_K_MAX["ngram"], verify.exact - 1)
-    spec = engine.config.spec
-    drafter = NgramDrafter(spec.ngram_min, spec.ngram_max)
-    rules = engine.speculation.rules
-    makers: dict[str, Callable[[], Policy | object]] = {
-        "auto": lambda: EngineAuto(MatchHazards(verify, k_max)),
-        "auto, pooled": lambda: EngineAuto(MatchHazards(verify, k_max), per_reply=False),
-        **{f"n_max {n}": (lambda n=n: Fixed(n)) for n in (4, 8, 16, 32)},
-        "map-k-like": lambda: Fixed(48, shortest=12),
-        "oracle": lambda: ORACLE,
-    }
-    results: dict[str, dict[str, float]] = {}
-    for name, make in makers.items():
-        policy = make()  # one per name, carried over tasks and repetitions as in one bench process
-        runs: dict[str, list[float]] = {r.task.name: [] for r in replies}
-        for rep in range(args.repeat + 1):  # the first round is the bench's excluded warm-up
-            for reply in replies:
-                speed = replay(reply, policy, verify, rules, drafter)
-                if rep:
-                    runs[reply.task.name].append(speed)
-        results[name] = {task: statistics.median(speeds) for task, speeds in runs.items()}
-    results["match table"] = {reply.task.name: match_table(reply, verify, rules, drafter) for reply in replies}
-    results["copy ceiling"] = {reply.task.name: copy_ceiling(reply, verify) for reply in replies}
-    names = list(results)
-    widths = [max(12, len(n) + 2) for n in names]
-    print("task".ljust(20) + "".join(n.rjust(w) for n, w in zip(names, widths)))
-    for reply in replies:
-        task = reply.task.name
-        print(task.ljust(20) + "".join(f"{results[n][task]:{w - 1}.2f}×" for n, w in zip(names, widths)))
-
-
-if __name__ == "__main__":
-    main()
+def sweep_line(verify: VerifyCost) -> str:
+    """The sweep in plain steps, one line."""
+    steps = ", ".join(f"{b}: {s / verify(1):.2f}" for b, s in zip(verify.sizes, verify.seconds))
+    return f"verify sweep: {steps} plain steps; exact up to {verify.exact} rows"

@@ -137,7 +137,7 @@ class AutoDraftLength:
         return self.active != was
 
     def state(self) -> dict:
-        """What was learned, for ``memory``: the acceptance evidence and whether drafting was on."""
+        """What was learned, for ``learned_store``: the acceptance evidence and whether drafting was on."""
         return {"evidence": [float(e) for e in self.evidence], "active": self.active, "probe_every": self.probe_every}
 
     def restore(self, state: object) -> bool:
@@ -336,7 +336,7 @@ class MatchHazards:
         return self.active != was
 
     def state(self) -> dict:
-        """What was learned, for ``memory``: right and wrong judgements per class."""
+        """What was learned, for ``learned_store``: right and wrong judgements per class."""
         return {"classes": list(self.edges), "evidence": [list(pair) for pair in self._evidence]}
 
     def restore(self, state: object) -> bool:

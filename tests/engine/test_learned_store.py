@@ -1,4 +1,4 @@
-"""What "auto" learned lasts from one process to the next (engine/draft_length/memory.py): kept per target in the user
+"""What "auto" learned lasts from one process to the next (engine/draft_length/learned_store.py): kept per target in the user
 cache, versioned, bounded, and never trusted when it is damaged, stale or of another version."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 
 from helpers import run
-from specchat.engine.draft_length.memory import MAX_ENTRIES, VERSION, AutoMemory
+from specchat.engine.draft_length.learned_store import MAX_ENTRIES, VERSION, LearnedStore
 
 COPY_PROMPT = ("Repeat this list exactly, twice: apples, pears, plums, cherries, grapes, lemons, limes, figs, dates,"
                " melons, kiwis, mangoes.")
 
 
 def test_kept_states_come_back(tmp_path):
-    memory = AutoMemory(tmp_path / "m.json")
+    memory = LearnedStore(tmp_path / "m.json")
     memory.keep({"a": {"x": 1}, "b": [1, 2]})
-    assert AutoMemory(tmp_path / "m.json").recall("a") == {"x": 1}
+    assert LearnedStore(tmp_path / "m.json").recall("a") == {"x": 1}
     assert memory.recall("b") == [1, 2] and memory.recall("c") is None
 
 
@@ -31,7 +31,7 @@ def test_kept_states_come_back(tmp_path):
 def test_a_damaged_file_or_another_version_is_ignored_and_replaced(tmp_path, content):
     path = tmp_path / "m.json"
     path.write_bytes(content)
-    memory = AutoMemory(path)
+    memory = LearnedStore(path)
     assert memory.recall("a") is None
     memory.keep({"a": 5})
     assert memory.recall("a") == 5
@@ -43,12 +43,12 @@ def test_a_stale_entry_is_not_trusted(tmp_path):
     path.write_text(json.dumps({"version": VERSION, "entries": {"a": {"saved": old, "state": 1},
                                                                  "b": {"saved": time.time() + 3600, "state": 2},
                                                                  "c": {"saved": "yesterday", "state": 3}}}))
-    memory = AutoMemory(path)
+    memory = LearnedStore(path)
     assert [memory.recall(k) for k in "abc"] == [None, None, None]
 
 
 def test_the_file_is_bounded(tmp_path):
-    memory = AutoMemory(tmp_path / "m.json")
+    memory = LearnedStore(tmp_path / "m.json")
     for i in range(MAX_ENTRIES + 10):
         memory.keep({f"k{i}": i})
     entries = json.loads((tmp_path / "m.json").read_text())["entries"]
@@ -62,7 +62,7 @@ def test_the_file_is_bounded(tmp_path):
 def test_an_unwritable_cache_only_means_starting_from_the_priors(tmp_path):
     blocker = tmp_path / "cache"
     blocker.write_text("a file where the cache folder should be")  # unwritable for root too
-    memory = AutoMemory(blocker / "specchat" / "m.json")
+    memory = LearnedStore(blocker / "specchat" / "m.json")
     memory.keep({"a": 1})  # no exception
     assert memory.recall("a") is None
 
@@ -72,7 +72,7 @@ def _state(engine):
     return auto.hazards, auto.acceptance, auto.costs
 
 
-def test_a_new_engine_starts_where_the_last_one_stopped(make_engine, isolated_auto_memory):
+def test_a_new_engine_starts_where_the_last_one_stopped(make_engine, isolated_learned_store):
     """n-gram hazards, the learned verify costs, and (for a model draft) the acceptance and draft cost: what one engine
     learned in a reply is what the next engine of the same configuration starts from; another configuration starts
     from the priors."""
@@ -80,7 +80,7 @@ def test_a_new_engine_starts_where_the_last_one_stopped(make_engine, isolated_au
     r = run(first, COPY_PROMPT, max_tokens=96)
     assert r.finished.stats.accepted > 10
     hazards, _, costs = _state(first)
-    assert isolated_auto_memory.is_file()
+    assert isolated_learned_store.is_file()
     second = make_engine("ngram", n_max="auto")
     hazards2, _, costs2 = _state(second)
     assert np.allclose(hazards2.evidence, hazards.evidence) and hazards2.evidence.sum() > 10
@@ -95,13 +95,13 @@ def test_a_new_engine_starts_where_the_last_one_stopped(make_engine, isolated_au
     # what an engine with a pair that drafts would have kept, the next engine takes up.
     drafting = make_engine("draft", n_max="auto")
     run(drafting, "Name three colours.", max_tokens=48)
-    memory = json.loads(isolated_auto_memory.read_text())
+    memory = json.loads(isolated_learned_store.read_text())
     key = next(key for key in memory["entries"] if "|draft|" in key)
     state = memory["entries"][key]["state"]
     assert set(state) == {"acceptance", "draft cost"}
     state["acceptance"] = {"evidence": [40.0, 5.0], "active": False, "probe_every": 64}
     state["draft cost"]["correction"] = -0.5
-    isolated_auto_memory.write_text(json.dumps(memory))
+    isolated_learned_store.write_text(json.dumps(memory))
     again = make_engine("draft", n_max="auto")
     assert again.speculation.length.acceptance.evidence == [40.0, 5.0] and again.speculation.length.acceptance.probe_every == 64
     assert again.speculation.length.draft_cost.seconds == pytest.approx(drafting.speculation.length.draft_cost.measured * np.exp(-0.5))
@@ -113,7 +113,7 @@ def test_a_new_engine_starts_where_the_last_one_stopped(make_engine, isolated_au
 
 
 def test_a_model_drafts_policy_comes_back_whole():
-    from specchat.engine.draft_length.auto import AutoDraftLength, VerifyCost
+    from specchat.engine.draft_length.policies import AutoDraftLength, VerifyCost
 
     cost = VerifyCost((1, 2, 8, 17), (0.01, 0.011, 0.014, 0.02), exact=17)
     policy = AutoDraftLength(cost, draft_cost=0.001, k_max=16)
@@ -133,7 +133,7 @@ def test_a_model_drafts_policy_comes_back_whole():
         assert not AutoDraftLength(cost, draft_cost=0.001, k_max=16).restore(bad)
 
 
-def test_the_first_reply_of_a_new_process_drafts_like_the_last_of_the_old(make_engine, isolated_auto_memory):
+def test_the_first_reply_of_a_new_process_drafts_like_the_last_of_the_old(make_engine, isolated_learned_store):
     """Ten replies to the same prompt in one engine (cache and remembered replies cleared each time, as a fresh
     process has them), then a new engine: it chooses every draft length as the old one would for its next reply,
     and differently from an engine that starts from the priors."""
@@ -143,7 +143,7 @@ def test_the_first_reply_of_a_new_process_drafts_like_the_last_of_the_old(make_e
         old.clear_cache(replies=True)
         last = run(old, COPY_PROMPT, max_tokens=96)
     new = make_engine("ngram", n_max="auto")
-    isolated_auto_memory.unlink()
+    isolated_learned_store.unlink()
     cold = make_engine("ngram", n_max="auto")
     matches = range(2, 80)
     # Priced alike (the old engine re-prices as its costs move, every few steps): the hazards alone decide.

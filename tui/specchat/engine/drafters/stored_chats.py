@@ -14,7 +14,7 @@ or the draft grows longer than ``LENGTH_FACTOR`` times the match (a short match 
 Memory is bounded: ``MAX_TOKENS`` tokens at most, the most recent replies kept — 4 bytes each for the tokens, the
 reversed copy and the suffix array, about 48 MB at the bound once built. While it builds, the tokens of every stored
 reply are held as lists and the sort holds several 8-byte arrays of the indexed length (about 250 MB at the bound, for
-the seconds it takes), and the old index stays in use until the new one replaces it. Built off the engine's thread (``HistoryBuilder``), so
+the seconds it takes), and the old index stays in use until the new one replaces it. Built off the engine's thread (``StoredChatsIndexBuilder``), so
 the first token never waits for it; until it is built the method drafts from the conversation alone.
 """
 
@@ -33,11 +33,11 @@ from ...errors import SpecchatError
 from ..conversation import Forgotten
 from ..llama import Model
 from .base import NO_DRAFT, Draft
-from .history_cache import TokenCache, digest
+from .stored_chats_cache import TokenCache, digest
 
 if TYPE_CHECKING:
     from ..chat_template import ChatTemplate
-    from ..loop import Rules
+    from ..rules import Rules
 
 Origin = tuple[int, int]  # (conversation id, message id) of a stored reply: what the front end can show and forget
 
@@ -68,12 +68,12 @@ StoredChats = Callable[[], Iterable[StoredReply]]  # reads the stored replies an
 
 
 @dataclass
-class History:
+class StoredChatsDrafter:
     """The engine's index over earlier chats, shared by every configuration of one target (as the n-gram drafter's
     memory is). ``index`` is swapped in whole when a build ends, so the step loop reads one index or the other, never
     half of one; ``forget`` may be called from any thread."""
 
-    index: HistoryIndex | None = None
+    index: StoredChatsIndex | None = None
     forgotten: set[int] = field(default_factory=set)  # conversation ids deleted or made private since the build
     forgotten_replies: set[Origin] = field(default_factory=set)  # stored replies deleted since the build
     problem: str = ""  # why the last build failed, when it did
@@ -93,15 +93,15 @@ class History:
         stale, self.stale = self.stale, set()
         return stale
 
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules) -> Draft:
+    def propose(self, seq: Sequence[int], budget: int, rules: Rules) -> Draft:
         index = self.index
         if index is None:
             return NO_DRAFT
-        return index.propose(seq, n_max, rules, lambda origin: origin[0] in self.forgotten
+        return index.propose(seq, budget, rules, lambda origin: origin[0] in self.forgotten
                              or origin in self.forgotten_replies)
 
 
-class HistoryIndex:
+class StoredChatsIndex:
     def __init__(self, documents: Sequence[tuple[Origin, Sequence[int]]],
                  between: Callable[[], None] = lambda: None) -> None:
         """``between``: called between the passes of the sort (the builder waits there while a reply runs)."""
@@ -206,13 +206,13 @@ class HistoryIndex:
     def origin_at(self, position: int) -> Origin:
         return self.origins[int(np.searchsorted(self.starts, position, "right")) - 1]
 
-    def propose(self, seq: Sequence[int], n_max: int, rules: Rules,
+    def propose(self, seq: Sequence[int], budget: int, rules: Rules,
                 forgotten: Callable[[Origin], bool] = lambda _origin: False) -> Draft:
         match, lo, hi = self.longest_match(seq)
         if match < MIN_MATCH:
             return NO_DRAFT
         follows = self.follows(lo, hi, forgotten)
-        limit = min(n_max, max(1, int(match * LENGTH_FACTOR)), MAX_MATCH)  # the text is padded MAX_MATCH deep
+        limit = min(budget, max(1, int(match * LENGTH_FACTOR)), MAX_MATCH)  # the text is padded MAX_MATCH deep
         if not follows or limit < 1:
             return NO_DRAFT
         text = self.text
@@ -287,7 +287,7 @@ def lowest_priority() -> None:
 
 
 def document_key(stored: StoredReply, target_id: str, template: ChatTemplate) -> tuple[int, str, tuple[int, ...] | None]:
-    """What a reply is cached by (``history_cache.digest``), its question as the template renders it, and its token
+    """What a reply is cached by (``stored_chats_cache.digest``), its question as the template renders it, and its token
     ids when they are this target's."""
     ids = stored.tokens if stored.tokens and stored.target_id == target_id else None
     rendered = template.render([{"role": "user", "content": stored.question}], add_generation_prompt=True)
@@ -329,11 +329,11 @@ def cached_documents(read: StoredChats, vocab: Model, target_id: str, template: 
 
 
 class _Stopped(Exception):
-    """The build was stopped (``HistoryBuilder.stop``)."""
+    """The build was stopped (``StoredChatsIndexBuilder.stop``)."""
 
 
-class HistoryBuilder:
-    """Builds a ``History``'s index on a thread of its own, tokenizing with a vocabulary-only load of the target (so the
+class StoredChatsIndexBuilder:
+    """Builds a ``StoredChatsDrafter``'s index on a thread of its own, tokenizing with a vocabulary-only load of the target (so the
     engine's model can be freed while it runs), and swaps it in when done.
 
     It works only while the engine is ``idle`` (between replies), at the lowest priority: on this 2-core machine a
@@ -341,7 +341,7 @@ class HistoryBuilder:
     against 217 (benchmarks/history_index.py). A reply that starts mid-build waits at most for one reply's tokens or
     one pass of the sort to finish."""
 
-    def __init__(self, history: History, read: StoredChats, model_path: Path,
+    def __init__(self, drafter: StoredChatsDrafter, read: StoredChats, model_path: Path,
                  target_id: str, template: ChatTemplate, cache: Path, idle: threading.Event) -> None:
         """Loads the target's vocabulary here, on the caller's thread (llama.cpp's load keeps its errors in one
         process-wide list: a second thread loading beside the engine's could mix them up); the thread frees it."""
@@ -351,25 +351,25 @@ class HistoryBuilder:
         try:
             vocab = Model(model_path, vocab_only=True)
         except SpecchatError as exc:  # the target's file went away since it loaded: one line, no index
-            history.problem = f"earlier chats are not drafted from: {exc}"
+            drafter.problem = f"earlier chats are not drafted from: {exc}"
             return
-        self._thread = threading.Thread(target=self._build, name="history index", daemon=True,
-                                        args=(history, read, vocab, target_id, template, cache))
+        self._thread = threading.Thread(target=self._build, name="stored chats index", daemon=True,
+                                        args=(drafter, read, vocab, target_id, template, cache))
         self._thread.start()
 
-    def _build(self, history: History, read: StoredChats, vocab: Model, target_id: str,
+    def _build(self, drafter: StoredChatsDrafter, read: StoredChats, vocab: Model, target_id: str,
                template: ChatTemplate, cache_path: Path) -> None:
         lowest_priority()
         try:
             documents = cached_documents(read, vocab, target_id, template, cache_path, self._between)
-            index = HistoryIndex(documents, self._between)
+            index = StoredChatsIndex(documents, self._between)
             self._between()
         except _Stopped:
             return
         except Exception as exc:  # noqa: BLE001 — a thread's failure must reach the screen as a line, not a traceback
-            history.problem = f"earlier chats are not drafted from: {exc}"
+            drafter.problem = f"earlier chats are not drafted from: {exc}"
             return
-        history.index = index
+        drafter.index = index
 
     def _between(self) -> None:
         """Wait while a reply runs; stop when told to."""

@@ -1,4 +1,4 @@
-"""The tokens of every stored reply, kept between starts (``drafters.history``): tokenizing ten thousand messages took
+"""The tokens of every stored reply, kept between starts (``drafters.stored_chats``): tokenizing ten thousand messages took
 24 s of the 37 s an index over them took to build on this 2-core machine (benchmarks/history_index.py), and the
 replies rarely change.
 

@@ -22,7 +22,7 @@ MAX_AGE_S = 30 * 24 * 3600
 MAX_BYTES = 4 << 20  # a file larger than this is not read: nothing this module writes grows so
 
 
-class AutoMemory:
+class LearnedStore:
     def __init__(self, path: Path, max_age_s: float = MAX_AGE_S) -> None:
         self.path, self.max_age_s = path, max_age_s
 
