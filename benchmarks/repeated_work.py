@@ -24,7 +24,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from specchat.backends import open_backend
-from specchat.bench.runners import BackendRunner, PeerError, llama_server_runner
+from specchat.bench.peers.llama_server import llama_server_runner
+from specchat.bench.runners import BackendRunner, PeerError
 from specchat.bench.tasks import Task
 from specchat.chats.recall import learn_stored_chats
 from specchat.chats.store import Store

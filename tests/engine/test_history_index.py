@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from specchat.engine.drafters import history
+from specchat.engine.drafters import stored_chats
 from specchat.engine.conversation import Forgotten
 from specchat.engine.drafters.stored_chats import SEPARATOR, StoredChatsDrafter, StoredChatsIndex, suffix_array
 from specchat.engine.rules import Rules
@@ -32,7 +32,7 @@ def brute_longest(documents: list[list[int]], seq: list[int]) -> tuple[int, list
     for tokens in documents:
         text += [SEPARATOR, *tokens]
     best, follows = 0, []
-    for m in range(1, min(history.MAX_MATCH, len(seq)) + 1):
+    for m in range(1, min(stored_chats.MAX_MATCH, len(seq)) + 1):
         tail = seq[-m:]
         found = [i + m for i in range(len(text) - m + 1) if text[i:i + m] == tail]
         if not found:
@@ -112,7 +112,7 @@ def test_a_deleted_reply_drafts_nothing_and_the_rest_of_its_chat_still_does():
 
 
 def test_the_index_keeps_the_most_recent_replies_within_its_bound(monkeypatch):
-    monkeypatch.setattr(history, "MAX_TOKENS", 25)
+    monkeypatch.setattr(stored_chats, "MAX_TOKENS", 25)
     index = StoredChatsIndex([((0, i), [i] * 10) for i in range(5)])
     assert index.origins == [(0, 3), (0, 4)] and index.tokens == 22
     assert index.propose([4, 4], 8, RULES).tokens == [4, 4]

@@ -16,7 +16,7 @@ LAZY = {  # the modules that import inside a function, and why
     "specchat.cli.ask", "specchat.cli.chat", "specchat.cli.chats", "specchat.cli.doctor", "specchat.cli.profiles",
     "specchat.cli.repl", "specchat.cli.replay", "specchat.cli.server",  # a command loads only what it runs: `specchat --help` stays quick
     "specchat.app.screens",  # the draft search runs when the picker asks for it
-    "specchat.bench.report", "specchat.bench.runners",  # NVML and the CPU probe, only for a run that needs them
+    "specchat.bench.report", "specchat.bench.peers.llama_cpp_python",  # NVML and the CPU probe, for a run that needs them
     "specchat.engine.compat",  # llama.cpp's loader, only where a GGUF header cannot answer
     "specchat.profiles.models",  # deriving the embedded draft loads llama.cpp's quantizer, only when asked for
 }

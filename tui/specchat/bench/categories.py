@@ -108,6 +108,11 @@ def _interval(interval: tuple[float, float] | list[float] | None) -> str:
     return f"{interval[0]:.{digits}f}–{interval[1]:.{digits}f}×"
 
 
+def is_rival(report: dict[str, Any], runner: str) -> bool:
+    """Whether the verdicts rank ``runner`` against specchat (a report written before ``rivals``: llama-server's)."""
+    return runner in report["rivals"] if "rivals" in report else runner.startswith("llama-server")
+
+
 def verdicts(report: dict[str, Any], spec_runner: str) -> str:
     """Where the profile stands against plain decoding and the best identical-output peer, category by category:
     "faster", "ahead" and their opposites only where the 95 % interval excludes parity, "level" otherwise."""
@@ -115,7 +120,7 @@ def verdicts(report: dict[str, Any], spec_runner: str) -> str:
     lines = []
     for category in dict.fromkeys(r["category"] for r in rows):
         mine = next((r for r in rows if r["category"] == category and r["runner"] == spec_runner), None)
-        peers = [r for r in rows if r["category"] == category and r["runner"].startswith("llama-server")
+        peers = [r for r in rows if r["category"] == category and is_rival(report, r["runner"])
                  and r["speedup"] is not None and r["same_output"] is True]
         if mine is None or mine["speedup"] is None:
             continue

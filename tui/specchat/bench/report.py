@@ -89,17 +89,19 @@ def machine() -> dict[str, Any]:
 
 
 def build_report(runs: list[RunResult], *, profile: dict[str, Any], settings: dict[str, Any], errors: list[str],
-                 greedy: bool, copy_heavy: set[str], spec_runner: str,
+                 greedy: bool, copy_heavy: set[str], spec_runner: str, own: list[str], rivals: list[str],
                  categories: dict[str, str] | None = None) -> dict[str, Any]:
-    """``categories``: each task's Spec-Bench category, where the tasks have one (the per-category report)."""
+    """``own``: specchat's runners, whose output must not change with speculation; ``rivals``: the peers' runners the
+    per-category verdicts rank specchat against (``peers.Peer.rival``); ``categories``: each task's Spec-Bench
+    category, where the tasks have one (the per-category report)."""
     summary = summarise(runs, greedy=greedy)
-    changed = sorted({r["task"] for r in summary if r["runner"].startswith("specchat") and r["same_output"] is False})
+    changed = sorted({r["task"] for r in summary if r["runner"] in own and r["same_output"] is False})
     return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(), "profile": profile, "settings": settings,
         "runs": [dataclasses.asdict(r) for r in runs], "summary": summary,
         "output_changed": changed, "errors": errors, "copy_heavy": sorted(copy_heavy), "spec_runner": spec_runner,
-        "categories": categories or {},
+        "categories": categories or {}, "rivals": rivals,
     }
 
 

@@ -1,22 +1,16 @@
-"""The things a benchmark times: specchat with and without speculation, and peers doing the same task."""
+"""What a benchmark times and what it records: specchat with and without speculation on one backend (the pair every
+run has), a result per task, a question's turns as one; the peers beside them are ``peers``'."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..backends import Backend, open_backend
-from ..backends.run_config import BackendSettings, RunConfig
+from ..backends.run_config import RunConfig
 from ..engine import Message, ReplyFinished, TokenEmitted
 from ..engine.engine_config import without_speculation
-from ..engine.conversation import as_dicts
-from ..engine.drafters import METHODS
-from ..engine.repetition import loop_watch
 from ..errors import SpecchatError
-from ..telemetry.memory import GpuMemory, gpu_memory, peak_rss_bytes, reset_peak_rss
+from ..telemetry.memory import GpuMemory, gpu_memory, peak_rss_bytes
 from .tasks import Task
 
 
@@ -44,7 +38,7 @@ class RunResult:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def _decode_s(ttft: float | None, last: float | None) -> float | None:
+def decode_seconds(ttft: float | None, last: float | None) -> float | None:
     """Seconds from a turn's first token to its last (0 for a one-token turn); None where it was not timed."""
     return last - ttft if ttft is not None and last is not None else None
 
@@ -148,7 +142,7 @@ class BackendRunner:
             extra={"prompt_tokens": stats.prompt_tokens, "prefill_tokens": stats.prefill_tokens,
                    "t_prefill": stats.t_prefill, "t_draft": stats.t_draft,
                    "t_verify": stats.t_verify, "t_overhead": stats.t_overhead, "steps": stats.steps,
-                   "drafting_steps": stats.drafting_steps, "decode_s": _decode_s(stats.ttft, stats.t_last_token), "draft_length_final": stats.draft_length,
+                   "drafting_steps": stats.drafting_steps, "decode_s": decode_seconds(stats.ttft, stats.t_last_token), "draft_length_final": stats.draft_length,
                    "speculation_active": stats.speculation_active, "finish_reason": finished.finish_reason},
         )
 
@@ -157,124 +151,13 @@ class BackendRunner:
             self.backend.close()
 
 
-def specchat_runners(config: RunConfig, *, warm: bool) -> list[BackendRunner]:
+def specchat_runners(config: RunConfig, *, warm: bool) -> tuple[BackendRunner, BackendRunner]:
     """The profile with its speculation and the same profile plain, on one backend (switched, not reloaded)."""
     backend = open_backend(config)
     where = "specchat" if config.backend_kind.runs_engine else f"specchat via {config.backend.kind}"
     plain = without_speculation(config)
-    return [BackendRunner(BASELINE, backend, plain, warm=warm),
-            BackendRunner(f"{where} {config.spec.method}", backend, config, warm=warm, owns=False)]
+    return (BackendRunner(BASELINE, backend, plain, warm=warm),
+            BackendRunner(f"{where} {config.spec.method}", backend, config, warm=warm, owns=False))
 
 
 BASELINE = "specchat none"
-LLAMA_SERVER_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-mod", "draft-simple", "ngram-mod,draft-simple")
-
-
-def llama_server_runner(spec_type: str, config: RunConfig, binary: str | None, *, warm: bool) -> BackendRunner:
-    """llama.cpp's own server with one --spec-type on the profile's models: the same backend code as a profile with
-    [backend] kind = "llama-server"."""
-    # the method whose spec type it is; llama.cpp's other n-gram types stand for "ngram"
-    method = next((m.name for m in METHODS.values() if m.spec_type == spec_type), "ngram")
-    n_max = config.spec.n_max if isinstance(config.spec.n_max, int) else 4
-    peer = dataclasses.replace(config, spec=dataclasses.replace(config.spec, method=method, n_max=n_max),
-                               backend=BackendSettings(kind="llama-server", spec_type=spec_type, binary=binary))
-    label = f"llama-server {spec_type}"
-    try:
-        return BackendRunner(label, open_backend(peer), peer, warm=warm)
-    except SpecchatError as exc:
-        raise PeerError(f"{label}: {exc}") from None
-
-
-@contextlib.contextmanager
-def _model_params_like_the_engine() -> Iterator[None]:
-    """``Llama()`` takes llama.cpp's default model parameters and offers no keyword for ``use_extra_bufts``; where
-    those crash (a VM reporting AMX it cannot run, see engine/cpu_probe.py) the defaults it reads are the engine's."""
-    import llama_cpp.llama_cpp as low  # the module whose default Llama() reads
-
-    from ..engine.cpu_probe import extra_buffers_work
-
-    default = low.llama_model_default_params
-    if extra_buffers_work():
-        yield
-        return
-
-    def without_extra_buffers():
-        params = default()
-        params.use_extra_bufts = False
-        return params
-
-    low.llama_model_default_params = without_extra_buffers
-    try:
-        yield
-    finally:
-        low.llama_model_default_params = default
-
-
-class LlamaCppPythonRunner:
-    """llama-cpp-python's own high-level API: ``Llama.create_chat_completion``, optionally with prompt lookup."""
-
-    def __init__(self, config: RunConfig, *, lookup_tokens: int | None = None) -> None:
-        from llama_cpp import Llama
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-        self.label = "llama-cpp-python" + (f" lookup({lookup_tokens})" if lookup_tokens else "")
-        draft = LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens) if lookup_tokens else None
-        try:
-            with _model_params_like_the_engine():
-                self.llm = Llama(model_path=str(config.target.path), n_ctx=config.n_ctx,
-                                 n_threads=config.target.threads, n_threads_batch=config.target.threads,
-                                 draft_model=draft, verbose=False)
-        except ValueError as exc:
-            raise PeerError(f"{self.label} could not load {config.target.path.name}: {exc}") from None
-        self.config = config
-
-    def name(self, _mode: str = "") -> str:
-        return self.label
-
-    def run(self, task: Task, rep: int) -> RunResult:
-        messages = task_history(self.config, task)
-        self.llm.reset()
-        reset_peak_rss()
-        turns = []
-        for prompt in task.turns():
-            messages.append(Message("user", prompt))
-            try:
-                turn = self._turn(messages, task.max_tokens)
-            except ValueError as exc:  # llama-cpp-python's word for a prompt larger than the context, among others
-                raise PeerError(f"{self.label} failed on task {task.name}: {exc}") from None
-            turns.append(turn)
-            messages.append(Message("assistant", turn.text))
-        return combine_turns(self.label, task.name, rep, turns, spec=False)
-
-    def _turn(self, messages: list[Message], max_tokens: int) -> RunResult:
-        sampling = self.config.sampling
-        chunks: list[str] = []
-        start = time.perf_counter()
-        ttft = None
-        stream = self.llm.create_chat_completion(
-            messages=as_dicts(messages),
-            max_tokens=max_tokens, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-            min_p=sampling.min_p, seed=sampling.seed, stream=True,
-        )
-        # The same rule as every other runner, over the tokens of its chunks (a chunk holds a whole character: a
-        # character spelled over several tokens comes as one chunk).
-        watch = loop_watch(self.config.loop)
-        finish = "stop"
-        for chunk in stream:
-            choice = chunk["choices"][0]
-            piece = choice["delta"].get("content")
-            finish = choice.get("finish_reason") or finish
-            if piece:
-                ttft = ttft if ttft is not None else time.perf_counter() - start
-                chunks.append(piece)
-                tokens = self.llm.tokenize(piece.encode(), add_bos=False, special=True) if watch is not None else []
-                if any(watch.add(token) for token in tokens):
-                    finish = "loop"
-                    stream.close()
-                    break
-        total = time.perf_counter() - start
-        return RunResult(self.label, "", 0, ttft, total, len(chunks), None,
-                         "".join(chunks), extra={"finish_reason": finish, "decode_s": _decode_s(ttft, total)})
-
-    def close(self) -> None:
-        self.llm.close()

@@ -9,30 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
-from ..backends.run_config import SPEC_TYPES, RunConfig, known_spec_type
-from ..backends.server_flags import uses_draft_model
 from ..bench import categories as by_category
 from ..bench import report as reporting
 from ..bench.progress import Progress
 from ..bench.saved_chats import save_as_chats
-from ..bench.runners import (
-    LLAMA_SERVER_TYPES,
-    LlamaCppPythonRunner,
-    PeerError,
-    RunResult,
-    llama_server_runner,
-    specchat_runners,
-)
+from ..bench.peers import BenchRunner, Peer, PeerContext, parse_peers, peers
+from ..bench.runners import PeerError, RunResult, specchat_runners
 from ..bench.tasks import Task
 from ..chats.recall import learn_stored_chats
 from ..errors import ConfigError, SpecchatError
 from ..profiles import load_profile, run_config
 from ..bench.selection import add_task_options, chosen_tasks
 from .options import add_profile_option
-
-PEERS = ("llama-cpp-python", "lookup", "llama-server")
-LOOKUP_TOKENS = 10  # LlamaPromptLookupDecoding's own default
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="A/B benchmark: the same tasks with and without speculation, and peers")
@@ -58,53 +46,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "given the same: its ngram-cache type (added) lookup caches written from them, and every type keeps what it "
         "learns across requests, so a question's warm-up run is its earlier run",
     )
-    parser.add_argument(
-        "--peers", default="",
-        help="comma-separated: llama-cpp-python, lookup (llama-cpp-python prompt lookup), llama-server[=PATH] "
-        f"(runs --spec-type {', '.join(LLAMA_SERVER_TYPES)}), or all",
-    )
-    parser.add_argument(
-        "--server-types", default="",
-        help="llama-server's spec types to run, separated by spaces (each may be a comma-separated list, as "
-        "'ngram-mod,draft-simple'; default: every one above that the profile allows, with --stored-chats ngram-cache too)",
-    )
-
-
-def _parse_peers(text: str) -> list[tuple[str, str | None]]:
-    chosen: list[tuple[str, str | None]] = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, _, value = item.partition("=")
-        if name == "all":
-            chosen += [(peer, None) for peer in PEERS]
-        elif name in PEERS:
-            chosen.append((name, value or None))
-        else:
-            raise ConfigError(f"unknown peer {name!r} — choose from {', '.join(PEERS)} or all")
-    # A peer named twice (e.g. "all,llama-server=PATH") runs once, with the path it was given.
-    merged: dict[str, str | None] = {}
-    for name, value in chosen:
-        merged[name] = value or merged.get(name)
-    return list(merged.items())
+    parser.add_argument("--peers", default="",
+                        help=f"comma-separated: {', '.join(peer.help for peer in peers().values())}, or all")
+    for peer in peers().values():
+        if peer.add_arguments is not None:
+            peer.add_arguments(parser)
 
 
 def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _checked_peers(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], tuple[str, ...]]:
-    """The peers and llama-server's types asked for, once the options are known to make sense together."""
+def _checked_peers(args: argparse.Namespace) -> list[tuple[Peer, str | None]]:
+    """The peers asked for, once the options are known to make sense together (each peer checks its own)."""
     if args.repeat < 1:
         raise ConfigError(f"--repeat must be ≥ 1, got {args.repeat}")
     if args.plot and args.plot.suffix.lower() not in (".png", ".svg"):
         raise ConfigError(f"--plot must end in .png or .svg, got {args.plot.name}")
-    peers = _parse_peers(args.peers)
-    if args.server_types and not any(peer == "llama-server" for peer, _ in peers):
-        raise ConfigError("--server-types chooses llama-server's types — add --peers llama-server")
-    return peers, _server_types(args.server_types, history=args.stored_chats)
+    chosen = parse_peers(args.peers)
+    for peer in peers().values():
+        if peer.check is not None:
+            peer.check(args, any(p is peer for p, _ in chosen))
+    return chosen
 
 
 def run(args: argparse.Namespace) -> int:
-    peers, server_types = _checked_peers(args)
+    chosen = _checked_peers(args)
     profile = load_profile(args.profile)
     # Measured at the profile's thread count, as the peers are: a run that adapts to a busy machine compares unequal runs.
     config = dataclasses.replace(run_config(profile), adapt_threads=False)
@@ -114,12 +81,16 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no valid task to run — fix the task file")
 
     warm = args.memory == "warm"
-    runners: list[Any] = specchat_runners(config, warm=warm)
-    target_id = runners[0].backend.target_id
+    plain, spec = specchat_runners(config, warm=warm)
+    runners: list[BenchRunner] = [plain, spec]
+    rivals: list[str] = []
+    target_id = plain.backend.target_id
     try:
         if args.stored_chats:
-            _learn_stored_chats(runners[0], errors)
-        runners += _open_peers(peers, config, warm, errors, server_types, history=args.stored_chats)
+            _learn_stored_chats(plain, errors)
+        context = PeerContext(config, warm, args.stored_chats, args, lambda runner: _learn_stored_chats(runner, errors),
+                              errors.append)
+        _open_peers(chosen, context, runners, rivals)
         runs = _alternate(runners, tasks, args.repeat, errors, Progress.for_stream(sys.stderr))
     finally:
         for runner in runners:
@@ -131,11 +102,12 @@ def run(args: argparse.Namespace) -> int:
                  "target": str(config.target.path), "draft": str(config.draft.path) if config.draft else None,
                  "backend": config.backend.kind, "temperature": config.sampling.temperature},
         settings={"repeat": args.repeat, "tasks": str(args.tasks) if args.tasks else args.suite or "bundled",
-                  "peers": [p for p, _ in peers], "memory": args.memory, "per": args.per, "seed": args.seed,
+                  "peers": [p.name for p, _ in chosen], "memory": args.memory, "per": args.per, "seed": args.seed,
                   "questions": [t.name for t in tasks], "max_tokens": args.max_tokens, "stored_chats": args.stored_chats,
                   "save_chats": args.save_chats, "llama_server_memory": "warm" if warm or args.stored_chats else "cold"},
         errors=errors, greedy=config.sampling.greedy, copy_heavy={t.name for t in tasks if t.copy_heavy},
-        spec_runner=runners[1].name(), categories={t.name: t.category for t in tasks if t.category},
+        spec_runner=spec.name(), categories={t.name: t.category for t in tasks if t.category},
+        own=[plain.name(), spec.name()], rivals=rivals,
     )
     _print_and_write(report, errors, args)
     # Last: the report and its files are out whatever happens to the chats store.
@@ -178,7 +150,7 @@ def _save_chats(tasks: list[Task], runs: list[RunResult], profile: str, system_p
     return True
 
 
-def _learn_stored_chats(runner: Any, errors: list[str]) -> None:
+def _learn_stored_chats(runner: BenchRunner, errors: list[str]) -> None:
     """The stored chats given to a runner's backend (waiting until they are indexed); why not, as a line."""
     try:
         problem = learn_stored_chats(runner.backend, paths.chats_db(), _progress)
@@ -189,47 +161,22 @@ def _learn_stored_chats(runner: Any, errors: list[str]) -> None:
         _progress(problem)
 
 
-def _server_types(text: str, *, history: bool) -> tuple[str, ...]:
-    if not text:
-        return LLAMA_SERVER_TYPES + (("ngram-cache",) if history else ())
-    chosen = tuple(text.split())
-    for spec_type in chosen:
-        if not known_spec_type(spec_type):
-            raise ConfigError(f"--server-types: unknown spec type {spec_type!r} — llama.cpp's are {', '.join(SPEC_TYPES)}"
-                              ", or a comma-separated list of them")
-    return chosen
+def _open_peers(chosen: list[tuple[Peer, str | None]], context: PeerContext, runners: list[BenchRunner],
+                rivals: list[str]) -> None:
+    """Every peer asked for, each runner appended to ``runners`` as it opens (the caller closes them, whatever
+    happens); one that cannot start is one line of the report, and the rest goes on."""
+    for peer, value in chosen:
+        for opened in peer.open(context, value):
+            if isinstance(opened, PeerError):
+                context.note(str(opened))
+                _progress(f"peer skipped: {opened}")
+                continue
+            runners.append(opened)
+            if peer.rival:
+                rivals.append(opened.name())
 
 
-def _open_peers(peers: list[tuple[str, str | None]], config: RunConfig, warm: bool, errors: list[str],
-                server_types: tuple[str, ...], *, history: bool = False) -> list[Any]:
-    """Every peer asked for; one that cannot start is one line in the report, and the rest goes on. With ``history``
-    llama-server's types are given the stored chats as far as each can take them (``--stored-chats``)."""
-    opened: list[Any] = []
-    for peer, value in peers:
-        if peer == "llama-server":
-            for spec_type in server_types:
-                if uses_draft_model(spec_type) and config.draft is None:
-                    errors.append(f"llama-server {spec_type} skipped: the profile has no draft model")
-                    continue
-                try:
-                    opened.append(llama_server_runner(spec_type, config, value, warm=warm or history))
-                    if history:
-                        _learn_stored_chats(opened[-1], errors)
-                except PeerError as exc:
-                    errors.append(str(exc))
-                    _progress(f"peer skipped: {exc}")
-                    if spec_type == LLAMA_SERVER_TYPES[0]:
-                        break  # plain decoding failed: the binary itself is broken, and one line says so
-        else:
-            try:
-                opened.append(LlamaCppPythonRunner(config, lookup_tokens=LOOKUP_TOKENS if peer == "lookup" else None))
-            except PeerError as exc:
-                errors.append(str(exc))
-                _progress(f"peer skipped: {exc}")
-    return opened
-
-
-def _alternate(runners: list[Any], tasks: list[Task], repeat: int, errors: list[str],
+def _alternate(runners: list[BenchRunner], tasks: list[Task], repeat: int, errors: list[str],
                progress: Progress) -> list[RunResult]:
     """Every runner on every task, one after the other within each repetition, in an order rotated each time: a slow
     drift of a shared machine then falls on all of them alike (the warm-up, repetition -1, is kept but not summarised).
