@@ -46,9 +46,9 @@ def main() -> None:
                                                           "tiny <-> ngram (F4)": []}
     try:
         reply(controller, "Name a colour.")
-        for name, make in (("speculation off/on on tiny (Ctrl+T)", controller.speculation_toggled),
-                           ("tiny <-> ngram (F4)", controller.previous_profile)):
-            if make == controller.previous_profile:  # something to go back to
+        for name, make in (("speculation off/on on tiny (Ctrl+T)", controller.switcher.speculation_toggled),
+                           ("tiny <-> ngram (F4)", controller.switcher.previous_profile)):
+            if make == controller.switcher.previous_profile:  # something to go back to
                 controller.switcher.profile_switched(controller.switcher.switch_profile("ngram"))
             for round_ in range(2 * args.rounds):
                 seconds, action = toggle(controller, make)

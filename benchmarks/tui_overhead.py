@@ -1,4 +1,4 @@
-"""Decode speed with the chat app attached versus `specchat ask`, on the same prompt and profile.
+"""Decode speed with the chat app (or the REPL) attached versus `specchat ask`, on the same prompt and profile.
 
 Alternates, N times and each in a fresh process, `specchat ask` and the real app answering the same prompt, and
 reports the engine's own decode tokens/s for both and the median of the paired ratios with its quartiles.
@@ -6,9 +6,12 @@ reports the engine's own decode tokens/s for both and the median of the paired r
 By default both run in a real terminal, a tmux pane of the same size, so the terminal's own work is on this machine
 too, as it would be for a user: `ask` prints its coloured tokens, the app draws its frames. With `--driver headless`
 the app runs through Textual's headless driver (it renders every frame but writes nothing) and the baseline is the
-bare engine call that `ask` makes, without printing.
+bare engine call that `ask` makes, without printing. With `--front-end repl`, `specchat repl` in the same pane instead
+of the app: it streams into the scrollback and redraws its status line while the engine decodes (the goal: a ratio of
+at least 0.97).
 
     python benchmarks/tui_overhead.py [--profile tiny] [--repeat 24] [--tokens 300] [--driver tmux|headless]
+    python benchmarks/tui_overhead.py --front-end repl [--repeat 16]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import shlex
 import shutil
@@ -147,6 +151,29 @@ def app_in_terminal(profile: str, tokens: int, tmp: Path) -> float:
     return in_tmux(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}", stored_tps)
 
 
+REPL_SUMMARY = re.compile(r"(\d+\.\d) tok/s · TTFT")
+
+
+def repl_in_terminal(profile: str, tokens: int, data: str) -> float:
+    # Its own data folder: the chats and prompt history of this benchmark stay out of the user's.
+    command = "env XDG_DATA_HOME=%s %s" % (shlex.quote(data), shlex.join(
+        [sys.executable, "-m", "specchat", "repl", "--profile", profile, "--max-tokens", str(tokens)]))
+    sent = False
+
+    def summary(pane: Pane) -> float | None:
+        nonlocal sent
+        screen = pane.screen()
+        if not sent:
+            if "/help for commands" in screen:  # loaded, at the prompt
+                pane.type(PROMPT)
+                sent = True
+            return None
+        found = REPL_SUMMARY.search(screen)
+        return float(found.group(1)) if found else None
+
+    return in_tmux(command, summary)
+
+
 def alternate(baseline: Callable[[], float], candidate: Callable[[], float], repeat: int,
               names: tuple[str, str]) -> list[tuple[float, float]]:
     """``repeat`` pairs of (baseline, candidate) decode rates, the order swapped every other pair."""
@@ -176,6 +203,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=24)
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--driver", choices=("tmux", "headless"), default="tmux" if shutil.which("tmux") else "headless")
+    parser.add_argument("--front-end", choices=("app", "repl"), default="app")
     parser.add_argument("--child", choices=("headless", "app"), help=argparse.SUPPRESS)  # one measurement, its own process
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -184,7 +212,11 @@ def main() -> None:
               else asyncio.run(with_app(args.profile, args.tokens, Path(args.folder))))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        if args.driver == "tmux":
+        if args.front_end == "repl":
+            names = ("specchat ask (tmux)", "specchat repl (tmux)")
+            baseline = lambda: ask_in_terminal(args.profile, args.tokens)  # noqa: E731
+            app = lambda: repl_in_terminal(args.profile, args.tokens, os.path.join(tmp, "repl"))  # noqa: E731
+        elif args.driver == "tmux":
             names = ("specchat ask (tmux)", "app (tmux)")
             baseline = lambda: ask_in_terminal(args.profile, args.tokens)  # noqa: E731
             app = lambda: app_in_terminal(args.profile, args.tokens, Path(tmp))  # noqa: E731
@@ -192,7 +224,10 @@ def main() -> None:
             names = ("engine, no output", "app (headless driver)")
             baseline = lambda: in_fresh_process("headless", args.profile, args.tokens, tmp)  # noqa: E731
             app = lambda: in_fresh_process("app", args.profile, args.tokens, tmp)  # noqa: E731
-        in_fresh_process("headless", args.profile, 16, tmp)  # warm-up: file caches, the embedded draft
+        if args.front_end == "repl":
+            ask_in_terminal(args.profile, 16)  # warm-up: file caches, the embedded draft
+        else:
+            in_fresh_process("headless", args.profile, 16, tmp)  # warm-up: file caches, the embedded draft
         pairs = alternate(baseline, app, args.repeat, names)
     print(report(pairs, args.profile, args.tokens, names))
 

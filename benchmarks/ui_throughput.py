@@ -1,5 +1,5 @@
-"""How many engine events per second the app absorbs: replays a recorded reply's events, many times over, into the
-real app as fast as the UI accepts them, in the batches the engine thread would post.
+"""How many engine events per second the app absorbs: a real reply's events (the bundled pair's, decoded here first),
+many times over, into the real app as fast as the UI accepts them, in the frames ``Replies`` hands up.
 
     python benchmarks/ui_throughput.py [--events 6000] [--batch 75]
 """
@@ -9,23 +9,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from specchat.app.chat_app import SpecchatApp, make_app
+from specchat.app.settings import Settings
+from specchat.chats.replies import Frame
+from specchat.engine import Engine
+from specchat.engine.events import DraftRejected, Event, StepVerified, TokenEmitted
+from specchat.profiles import load_profile, run_config
 
-from recorded import load  # noqa: E402
+PROMPT = "Write a Python function that returns the square of a number."
 
-from specchat.app.chat_app import SpecchatApp, make_app  # noqa: E402
-from specchat.app.settings import Settings  # noqa: E402
-from specchat.chats.replies import Frame  # noqa: E402
-from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted  # noqa: E402
+
+def one_reply() -> list[Event]:
+    """A reply of the bundled pair, its events as the engine yields them."""
+    engine = Engine(run_config(load_profile("tiny")))
+    try:
+        return list(engine.reply(PROMPT, max_tokens=80))
+    finally:
+        engine.close()
 
 
 async def measure(n_events: int, batch: int) -> float:
-    _prompt, recorded = load()
+    recorded = one_reply()
     body = [e for e in recorded if isinstance(e, (TokenEmitted, DraftRejected, StepVerified))]
     events = [recorded[0]]
     while len(events) < n_events:

@@ -8,51 +8,22 @@ after every round; the report gives its growth from round 20 (after the caches h
 With ``--new-chat-every N`` a new chat starts after every N rounds, which tells memory the chat on screen holds from
 memory anything else keeps.
 
+The storm and its checks are the test suite's (``tests/chats/test_reliability.py``, 8 rounds there): this runs that
+test, in a process of its own, with as many rounds as asked, and prints what it prints.
+
     python benchmarks/stress/storms.py [--rounds 200] [--seed 1] [--new-chat-every N]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import random
+import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-
-from storms import StormLog, storm, storm_profiles  # noqa: E402
-from helpers import wait_until  # noqa: E402
-
-from specchat.app.chat_app import make_app  # noqa: E402
-from specchat.app.settings import Settings  # noqa: E402
-from specchat.profiles import embedded  # noqa: E402
-
-
-async def main_async(rounds: int, seed: int, new_chat_every: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        os.environ["XDG_CONFIG_HOME"] = str(folder / "config")  # the storm's profiles are user profiles here
-        profiles = storm_profiles(folder / "config" / "specchat" / "profiles", embedded.target_path())
-        db = folder / "chats.sqlite3"
-        settings = Settings(db_path=db, keymap=folder / "keymap.toml", exports=folder / "exports", max_tokens=200,
-                            resume=False, last_profile=None)
-        log = StormLog()
-        started = time.monotonic()
-        async with make_app(settings).run_test(size=(120, 40)) as pilot:
-            await wait_until(pilot, lambda: pilot.app.backend is not None and pilot.app.busy is None)
-            for block in range(0, rounds, 20):
-                await storm(pilot, min(20, rounds - block), profiles, db, random.Random(seed + block), log,
-                            new_chat_every)
-                print(f"{log.rounds} rounds, {log.cancelled} cancelled mid-reply, switches {log.actions}, RSS"
-                      f" {log.rss[-1] / 1e6:.0f} MB, {time.monotonic() - started:.0f} s", flush=True)
-    base = log.rss[min(19, len(log.rss) - 1)]
-    print(f"{log.rounds} rounds: invariants held after every round; {log.cancelled} replies cancelled by Esc;"
-          f" switches {log.actions}; RSS {base / 1e6:.0f} MB after round 20, {log.rss[-1] / 1e6:.0f} MB at the end"
-          f" ({(log.rss[-1] - base) / 1e6:+.0f} MB), peak {max(log.rss) / 1e6:.0f} MB")
+ROOT = Path(__file__).resolve().parents[2]
+TEST = "tests/chats/test_reliability.py::test_a_cancel_and_switch_storm_keeps_cache_record_view_and_store_in_step"
 
 
 def main() -> None:
@@ -61,7 +32,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--new-chat-every", type=int, default=0)
     args = parser.parse_args()
-    asyncio.run(main_async(args.rounds, args.seed, args.new_chat_every))
+    env = {**os.environ, "SPECCHAT_STORM_ROUNDS": str(args.rounds), "SPECCHAT_STORM_SEED": str(args.seed),
+           "SPECCHAT_STORM_NEW_CHAT_EVERY": str(args.new_chat_every)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider", TEST], cwd=ROOT, env=env)
+    sys.exit(run.returncode)
 
 
 if __name__ == "__main__":

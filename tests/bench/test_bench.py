@@ -457,7 +457,7 @@ def test_saved_bench_replies_are_drafted_from_by_a_later_run_beside_llama_server
     assert second.returncode == 0, second.stderr
     report = json.loads(second_json.read_text())
     assert report["settings"]["stored_chats"] is True and not report["errors"]
-    assert report["settings"]["llama_server_memory"] == "warm"
+    assert report["settings"]["llama_server_warm"] is True
     assert {r["runner"] for r in report["runs"]} == {"specchat none", "specchat suffix", "llama-server ngram-mod",
                                                      "llama-server ngram-cache"}  # the types asked for
     rows = {(r["category"], r["runner"]): r for r in report["by_category"]}

@@ -385,7 +385,7 @@ def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, us
 
     def interrupt_the_switch(repl) -> None:
         """Ctrl+C while the engine thread loads the profile /profile asked for (the real switch runs on)."""
-        switch = repl.controller.switch
+        switch = repl.controller.switcher.switch
 
         def switching(choice):
             if choice.profile == "ngram":
@@ -393,7 +393,7 @@ def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, us
                 interrupted.append(choice.profile)
                 time.sleep(0.3)  # the signal reaches the REPL's thread while the switch is still running
             return switch(choice)
-        repl.controller.switch = switching
+        repl.controller.switcher.switch = switching
 
     settings.db_path = tmp_path / "second.sqlite3"
     repl, _, text = run_repl(settings, "/profile ngram\r", "Say yes.\r", CTRL_D, during=interrupt_the_switch)

@@ -7,8 +7,10 @@ benchmarks/stress/.
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
+import time
 import subprocess
 import sys
 import threading
@@ -290,19 +292,31 @@ async def test_the_app_waits_for_another_process_writing_with_a_line_and_saves_a
 
 @pytest.mark.usefixtures("isolated_user_dirs")
 async def test_a_cancel_and_switch_storm_keeps_cache_record_view_and_store_in_step(settings, target_path):
-    """8 rounds (benchmarks/stress/storms.py runs 200): send, Esc at a random moment, F2 to another profile."""
+    """8 rounds: send, Esc at a random moment, F2 to another profile. benchmarks/stress/storms.py runs this test with
+    200 (``SPECCHAT_STORM_ROUNDS``, ``_SEED``, ``_NEW_CHAT_EVERY``), printing a line every 20 rounds and RSS's growth."""
     from specchat import paths
     from specchat.app.chat_app import make_app
     from storms import StormLog, storm, storm_profiles
     from helpers import wait_until
 
+    rounds, seed = int(os.environ.get("SPECCHAT_STORM_ROUNDS", "8")), int(os.environ.get("SPECCHAT_STORM_SEED", "5"))
+    new_chat_every = int(os.environ.get("SPECCHAT_STORM_NEW_CHAT_EVERY", "0"))
     profiles = storm_profiles(paths.user_profiles_dir(), target_path)
     settings.max_tokens = 200
-    log = StormLog()
+    log, started = StormLog(), time.monotonic()
     async with make_app(settings).run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: pilot.app.backend is not None and pilot.app.busy is None)
-        await storm(pilot, 8, profiles, settings.db_path, random.Random(5), log)
-    assert log.rounds == 8 and log.actions == {"parameters": 4, "full reload": 4}, log.actions
+        for block in range(0, rounds, 20):
+            await storm(pilot, min(20, rounds - block), profiles, settings.db_path, random.Random(seed + block), log,
+                        new_chat_every)
+            print(f"{log.rounds} rounds, {log.cancelled} cancelled mid-reply, switches {log.actions}, RSS"
+                  f" {log.rss[-1] / 1e6:.0f} MB, {time.monotonic() - started:.0f} s", flush=True)
+    assert log.rounds == rounds and log.actions == {"parameters": (rounds + 1) // 2, "full reload": rounds // 2}, \
+        log.actions
+    base = log.rss[min(19, len(log.rss) - 1)]
+    print(f"{log.rounds} rounds: invariants held after every round; {log.cancelled} replies cancelled by Esc;"
+          f" switches {log.actions}; RSS {base / 1e6:.0f} MB after round 20, {log.rss[-1] / 1e6:.0f} MB at the end"
+          f" ({(log.rss[-1] - base) / 1e6:+.0f} MB), peak {max(log.rss) / 1e6:.0f} MB")
 
 
 def test_chats_exports_and_their_folders_are_readable_by_their_owner_only(tmp_path):

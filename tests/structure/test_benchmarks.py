@@ -13,10 +13,7 @@ SCRIPTS = {str(path.relative_to(ROOT)): ast.parse(path.read_text()) for path in 
 TESTS = {str(path.relative_to(ROOT)): path.read_text() for path in sorted((ROOT / "tests").rglob("*.py"))}
 THIRD_PARTY = {"llama_cpp", "numpy", "textual", "rich", "prompt_toolkit", "pytest", "scipy", "matplotlib", "tiktoken",
                "pynvml", "gguf", "tomlkit", "jinja2", "httpx", "openai"}
-# Scripts that still reach past the package, each to leave this list as its shared code moves (issue #49): the REPL's
-# overhead reads the app's terminal driver from its sibling; the UI's throughput reads the tests' recorded reply; the
-# storm runs the tests' storm.
-STILL_REACHING = {"benchmarks/repl_overhead.py", "benchmarks/ui_throughput.py", "benchmarks/stress/storms.py"}
+STILL_REACHING: set[str] = set()  # scripts that still reach past the package (issue #49 emptied it)
 
 
 def reaches(tree: ast.Module) -> list[str]:

@@ -289,7 +289,7 @@ class SpecchatApp(ControllerViews, ReplyStreaming, SwitchingActions, ChatActions
             self.session.save()
         else:
             self._resume()
-        self.replies.submit(self.controller.store_opened)
+        self.replies.submit(self.controller.switcher.store_opened)
 
     def _resume(self) -> None:
         """The last chat reopened, when the settings say so."""

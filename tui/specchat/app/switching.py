@@ -60,10 +60,10 @@ class SwitchingActions(MixinBase):
         self.start_switch(choice, status)
 
     def action_toggle_speculation(self) -> None:
-        self._toggle(self.controller.speculation_toggled, "switching speculation…")
+        self._toggle(self.controller.switcher.speculation_toggled, "switching speculation…")
 
     def action_previous_profile(self) -> None:
-        self._toggle(self.controller.previous_profile, "back to the previous profile…")
+        self._toggle(self.controller.switcher.previous_profile, "back to the previous profile…")
 
     def action_favourite(self, number: int) -> None:
         try:

@@ -30,11 +30,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", type=Path, dest="json_out", help="write every raw figure to this JSON file")
     parser.add_argument("--plot", type=Path, help="write a plot of tok/s and acceptance (.png or .svg)")
     parser.add_argument(
-        "--memory", choices=("cold", "warm"), default="cold",
-        help="cold (default): every run is a first answer — specchat's n-gram drafter knows only the task's "
-        "conversation and llama-server restarts before each run; warm: both remember earlier runs, the same task's "
-        "included (llama-server's ngram-mod keeps its map across requests), as when asking again or regenerating",
+        "--warm", action="store_true",
+        help="runs remember earlier runs, the same task's included (specchat's n-gram drafter, llama-server's ngram-mod "
+        "map across requests), as when asking again or regenerating; by default every run is a first answer — "
+        "specchat's n-gram drafter knows only the task's conversation and llama-server restarts before each run",
     )
+    # ("--memory cold|warm" before "memory" meant only memory: still read)
+    parser.add_argument("--memory", choices=("cold", "warm"), default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--save-chats", action="store_true",
         help="keep each question's replies in your chats store, as a chat of its own ('bench: NAME'), for --stored-chats "
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if not tasks:
         raise ConfigError("no valid task to run — fix the task file")
 
-    warm = args.memory == "warm"
+    warm = args.warm or args.memory == "warm"
     plain, spec = specchat_runners(config, warm=warm)
     runners: list[BenchRunner] = [plain, spec]
     rivals: list[str] = []
@@ -102,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
                  "target": str(config.target.path), "draft": str(config.draft.path) if config.draft else None,
                  "backend": config.backend.kind, "temperature": config.sampling.temperature},
         settings={"repeat": args.repeat, "tasks": str(args.tasks) if args.tasks else args.suite or "bundled",
-                  "peers": [p.name for p, _ in chosen], "memory": args.memory, "per": args.per, "seed": args.seed,
+                  "peers": [p.name for p, _ in chosen], "warm": warm, "per": args.per, "seed": args.seed,
                   "questions": [t.name for t in tasks], "max_tokens": args.max_tokens, "stored_chats": args.stored_chats,
-                  "save_chats": args.save_chats, "llama_server_memory": "warm" if warm or args.stored_chats else "cold"},
+                  "save_chats": args.save_chats, "llama_server_warm": warm or args.stored_chats},
         errors=errors, greedy=config.sampling.greedy, copy_heavy={t.name for t in tasks if t.copy_heavy},
         spec_runner=spec.name(), categories={t.name: t.category for t in tasks if t.category},
         own=[plain.name(), spec.name()], rivals=rivals,

@@ -116,7 +116,7 @@ def _ab(repl: Repl, _arg: str) -> None:
         try:
             result = repl.on_engine(comparison.run)
         finally:
-            repl.on_engine(repl.controller.refresh_facts)  # a managed server was restarted twice
+            repl.on_engine(repl.controller.switcher.refresh_facts)  # a managed server was restarted twice
     if result is None:
         repl.say("A/B cancelled", "class:dim")
         return

@@ -195,7 +195,7 @@ class Repl(ControllerViews):
         before = self.controller.choice
         with Patience() as patience, phases.told(lambda line: self.say(line, "class:dim")):
             try:
-                switched = self.on_engine(self.controller.switch, choice)
+                switched = self.on_engine(self.controller.switcher.switch, choice)
             except SpecchatError:
                 self.controller.switcher.switch_failed()
                 raise

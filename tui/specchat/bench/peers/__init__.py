@@ -41,7 +41,7 @@ class PeerContext:
     """What a peer opens its runners with."""
 
     config: RunConfig  # the profile's, threads fixed as specchat's own runs have them
-    warm: bool  # --memory warm
+    warm: bool  # --warm: runs remember earlier runs
     stored_chats: bool  # --stored-chats: draft from the stored chats as far as the peer can
     args: argparse.Namespace  # the command line, the peer's own options among it (``Peer.add_arguments``)
     learn: Callable[[BenchRunner], None]  # give a runner the stored chats (--stored-chats)
