@@ -165,7 +165,7 @@ def test_switching_between_every_pair_of_backend_kinds_in_the_repl(tmp_path, use
     from specchat.repl.commands import run_command
     from prompt_toolkit.data_structures import Size
     from prompt_toolkit.output.vt100 import Vt100_Output
-    from specchat.repl.shell import Repl, ReplSettings
+    from specchat.repl import ReplSettings, make_repl
     import io
 
     profiles = walk_profiles(tmp_path, llama_server, servers)
@@ -173,8 +173,8 @@ def test_switching_between_every_pair_of_backend_kinds_in_the_repl(tmp_path, use
     before = llama_servers_running()
     out = io.StringIO()
     wide = Vt100_Output(io.StringIO(), lambda: Size(rows=30, columns=400), term="xterm-256color")
-    shell = Repl(ReplSettings(str(profiles[walk[0]]), color=False, max_tokens=8), output=wide, text_out=out,
-                 interactive=False)
+    shell = make_repl(ReplSettings(str(profiles[walk[0]]), color=False, max_tokens=8), output=wide, text_out=out,
+                      interactive=False)
     try:
         assert shell._start()
         for step, kind in enumerate(walk):
