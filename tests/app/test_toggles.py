@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from backend_kinds import TURNS, ask, controller_for, write_profile
+from backend_kinds import N_MAX, TURNS, ask, controller_for, write_profile
 from specchat.chats.controller import Refused
 from specchat.engine.engine_config import SWITCHED_OFF_BY_HAND
 from helpers import notices
@@ -120,6 +120,16 @@ def test_what_cannot_be_toggled_says_why_in_one_line(tmp_path, llama_server, ser
             controller.compare()
         with pytest.raises(Refused, match="switched off by hand"):
             controller.switcher.draft_cap(1)
+    finally:
+        controller.close()
+    # A llama-server specchat starts drafts its own default length under "auto" (3): that is the cap F5/F6 step from
+    # there, as from a number — F5 once fixed 4 there, a longer draft for "one token less" (issue #49's review).
+    managed = write_profile(tmp_path, "managed", binary=llama_server, servers=servers)
+    managed.write_text(managed.read_text().replace(f"n_max = {N_MAX}", 'n_max = "auto"'))
+    controller = controller_for(managed)
+    try:
+        assert controller.backend.draft_length == 3
+        assert controller.switcher.draft_cap(-1).n_max == 2 and controller.switcher.draft_cap(1).n_max == 4
     finally:
         controller.close()
     controller = controller_for(write_profile(tmp_path, "remote-llama", binary=llama_server, servers=servers))

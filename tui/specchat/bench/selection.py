@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
                         "default: each task's own, Spec-Bench questions 1024)")
 
 
-def chosen_tasks(args: argparse.Namespace, say: Callable[[str], None] = print) -> tuple[list[Task], list[str]]:
+def chosen_tasks(args: argparse.Namespace, say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
+                 ) -> tuple[list[Task], list[str]]:
     """The tasks asked for: the bundled suite, a TOML task file, Spec-Bench's questions or a file in their format
     (each problem with the file ``say``-ed as it is met)."""
     if args.max_tokens is not None and args.max_tokens < 1:

@@ -20,7 +20,7 @@ from .records import INTERRUPTED, ReplyRecord, Turn, UserTurn
 from .search import holds
 from .store import Store, StoreError
 from .store_rows import StoredMessage
-from .trace import rows_of
+from .trace import renamed, rows_of
 
 SAVE_EVERY_S = 1.0  # a streaming reply is written at most this often: a crash loses at most this much of it
 TITLE_CHARS = 48
@@ -316,7 +316,8 @@ def turn_of(message: StoredMessage) -> Turn:
         trace = []
     return ReplyRecord(
         segments=segments, tokens=None if tokens is None else list(tokens), ghosts=dict(message.ghosts),
-        finish_reason=message.finish_reason or INTERRUPTED, stats=message.telemetry, target_id=message.target_id or "",
+        finish_reason=message.finish_reason or INTERRUPTED,
+        stats=renamed(message.telemetry) if message.telemetry else message.telemetry, target_id=message.target_id or "",
         conditions=telemetry.get("conditions") if isinstance(telemetry.get("conditions"), dict) else None,
         profile=telemetry["profile"] if isinstance(telemetry.get("profile"), str) else "", trace=trace, trace_encoded=list(message.trace) if trace else [],
     )

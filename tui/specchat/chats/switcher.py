@@ -199,7 +199,10 @@ class Switcher:
     def draft_cap(self, step: int) -> Choice:
         """The draft cap one token longer (1) or shorter (-1) than the one set, from the next step (from "auto": the
         profiles' default fixed cap)."""
-        return self.in_use().with_draft_cap(self.backend.config, one_step(self.backend.config.spec.n_max, step))
+        cap = self.backend.config.spec.n_max
+        if cap == "auto" and not self.backend.config.backend_kind.runs_engine:
+            cap = self.backend.draft_length  # a server's "auto" is its own fixed default: a cap like any number
+        return self.in_use().with_draft_cap(self.backend.config, one_step(cap, step))
 
     def draft_cap_set(self, n_max: int | str) -> Choice:
         """The draft cap set to ``n_max`` tokens, or back to "auto"."""

@@ -83,7 +83,7 @@ def events_of(rows: Iterable[Row]) -> Iterator[Event]:
     """The events the rows were made from (a summary's reply text is rebuilt from the tokens before it); rows of a
     type this version does not know are passed over."""
     text: list[str] = []
-    for row in map(_renamed, rows):
+    for row in map(renamed, rows):
         cls = EVENTS.get(row.get("type", ""))
         if cls is None:
             continue
@@ -153,10 +153,10 @@ def _optional(hint: Any) -> Any:
 def stats_of(summary: Row) -> ReplyStats:
     """A reply's telemetry from its summary (the derived figures are recomputed from the counters)."""
     names = ReplyStats.__dataclass_fields__
-    return ReplyStats(**{k: v for k, v in _renamed(summary).items() if k in names})
+    return ReplyStats(**{k: v for k, v in renamed(summary).items() if k in names})
 
 
-def _renamed(row: Row) -> Row:
+def renamed(row: Row) -> Row:
     """A row stored before a field was renamed, under today's names (``RENAMED``; today's wins where both are)."""
     old = RENAMED.keys() & row.keys()
     if not old:

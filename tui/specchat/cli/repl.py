@@ -28,4 +28,10 @@ def run(args: argparse.Namespace) -> int:
     settings = ReplSettings(args.profile, color=color, plain=args.plain, vi=args.vi, db_path=paths.chats_db(),
                             history_path=paths.repl_history(), max_tokens=args.max_tokens)
     repl = make_repl(settings, interactive=interactive)
-    return repl.run() if interactive else repl.run_lines(sys.stdin)
+    code = repl.run() if interactive else repl.run_lines(sys.stdin)
+    if repl.replies.working:  # a backend that hung: leave without the exit handlers that would free its models
+        from ..backends.server_process import stop_all
+
+        stop_all()  # a server is a child process: stopping it frees nothing the worker still uses
+        os._exit(code)
+    return code

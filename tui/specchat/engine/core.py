@@ -197,10 +197,9 @@ class Engine:
         draws: the target's are not disturbed), and how much a step slows per token of context (measured once per
         model, threads and KV cache, kept in the user cache). None when the context has no room for the run."""
         self.index.before_timing()
-        with self.index.paused():
-            slope = self.speculation.depth_slope()
-            reference, others = watched(lambda: measure_plain(self.ctx, self.target, self.tokens,
-                                                              self.config.sampling, slope, tokens))
+        with self.index.paused():  # (the depth slope, measured once, is timed inside the watched window too)
+            reference, others = watched(lambda: measure_plain(self.ctx, self.target, self.tokens, self.config.sampling,
+                                                              self.speculation.depth_slope(), tokens))
         # Beside busy cores a start read 3 tok/s where the machine decodes at 150 (issue #47): such a run is marked,
         # compared with nothing, and measured again after the first reply that finds the machine quiet.
         self._busy_reference = reference is not None and not quiet(others)

@@ -9,8 +9,8 @@ reply saved as interrupted.
 
 from __future__ import annotations
 
+import queue
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import nullcontext
@@ -37,18 +37,16 @@ from ..chats.store import DIR_MODE, FILE_MODE, Store, private
 from ..chats.store_opening import open_store
 from ..engine import DraftRejected, ReplyStarted, TokenEmitted
 from ..errors import Refused, SpecchatError
-from ..figures import DASH, summary_line
+from ..figures import summary_line
 from ..engine import phases
 from ..profiles.embedded import DERIVING
-from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
 from ..text import valid_text
 from . import render
 from .interrupts import Interrupts, Patience, unechoed
-from .status import StatusLine
+from .status import MemoryLine, StatusLine
 
 FRAME_S = 0.2
 CLOSE_WAIT_S = 60.0  # every long operation stops when cancelled; this only bounds a backend that hangs outright
-MEMORY_EVERY_S = 1.0
 TOOLBAR_REFRESH_S = 0.5  # the toolbar is drawn again this often at the prompt: "loading…" turns into the figures
 
 
@@ -89,10 +87,12 @@ class Repl(ControllerViews):
         self.editing: int | None = None  # the message /edit put into the prompt: what is sent next replaces it
         self._loading: tuple[Future, list[str]] | None = None  # the first load, while it runs, and what it said
         self.failed_start = False
-        self._memory_text, self._memory_at = DASH, -MEMORY_EVERY_S
+        self.memory = MemoryLine()
         self.controller = ChatController(self._open_store(), settings.profile, self._problem,
                                          max_tokens=settings.max_tokens)
-        self.replies = Replies(self.controller, lambda line: self._problem(line, True))
+        # A job that raised says so on this thread, at the next line read or reply ended (printing is not thread-safe).
+        self._job_errors: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.replies = Replies(self.controller, self._job_errors.put)
         self.replies.start()
         self.prompt: PromptSession | None = None
         if interactive:  # piped lines need no line editor
@@ -137,23 +137,12 @@ class Repl(ControllerViews):
             self.text_out.write("".join(fragment for _, fragment, *_ in text))
             self.text_out.flush()
 
+    def _say_job_errors(self) -> None:
+        while not self._job_errors.empty():
+            self._problem(f"the engine stopped: {self._job_errors.get()}", True)
+
     def _problem(self, line: str, error: bool) -> None:
         self.say(("specchat: " if error else "") + line, "class:warn" if error else "class:dim")
-
-    def _memory(self) -> str:
-        """VRAM through NVML where there is a GPU, else resident memory; of the process holding the model (a managed
-        llama-server's, or this one). Sampled at most once a second: the toolbar redraws more often."""
-        now = time.monotonic()
-        if now - self._memory_at >= MEMORY_EVERY_S:
-            pid = self.controller.facts.pid if self.controller.facts else None
-            gpu = gpu_memory(pid=pid)
-            if isinstance(gpu, GpuMemory):
-                self._memory_text = f"VRAM {gpu.used / 1e6:,.0f} / {gpu.total / 1e6:,.0f} MB"
-            else:
-                rss = rss_bytes(pid)
-                self._memory_text = DASH if rss is None else f"RSS {rss / 1e6:,.0f} MB"
-            self._memory_at = now
-        return self._memory_text
 
     def _toolbar(self) -> FormattedText:
         name = self.profile.name if self.profile else self.settings.profile
@@ -163,7 +152,7 @@ class Repl(ControllerViews):
             return FormattedText([("class:toolbar", f"loading {name}{doing} (a message sent now waits for it)")])
         width = self.output.get_size().columns
         return FormattedText([("class:toolbar", render.figures(self.telemetry, name, self.controller.switcher.method,
-                                                               self._memory(), width))])
+                                                               self.memory.text(self.controller.facts), width))])
 
     # -- set-up ----------------------------------------------------------------------------------------------------
 
@@ -307,6 +296,7 @@ class Repl(ControllerViews):
     def _handle(self, text: str) -> None:
         """A line read: a slash command, the text of the message /edit opened, or a message."""
 
+        self._say_job_errors()
         editing, self.editing = self.editing, None  # an edit emptied, or a command typed, ends it
         if not text.strip():
             return
@@ -349,6 +339,7 @@ class Repl(ControllerViews):
         if failed is not None:
             self.unsent = self.controller.failed(failed) or ""
         self.session.save()
+        self._say_job_errors()
         if failed is not None:
             self._problem(failed.error, True)
         elif finished is not None:

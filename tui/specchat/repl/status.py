@@ -1,4 +1,5 @@
-"""A status line on the terminal's last row while a reply streams into the scrollback above it.
+"""A status line on the terminal's last row while a reply streams into the scrollback above it, and the memory it
+shows.
 
 The reply is ordinary output (it stays in the scrollback, a tmux log or a screen reader's buffer); the status line lives
 outside the scrolling region (``DECSTBM``), is redrawn in place with the cursor saved and restored, and is cleared when
@@ -7,7 +8,15 @@ the reply ends. Only for a terminal: piped output gets no status line.
 
 from __future__ import annotations
 
+import time
+
 from prompt_toolkit.output import Output
+
+from ..chats.switcher import BackendFacts
+from ..figures import DASH
+from ..telemetry.memory import GpuMemory, gpu_memory, rss_bytes
+
+MEMORY_EVERY_S = 1.0
 
 
 class StatusLine:
@@ -33,3 +42,24 @@ class StatusLine:
     def __exit__(self, *_exc: object) -> None:
         self.output.write_raw(f"\x1b7\x1b[r\x1b[{self.rows};1H\x1b[2K\x1b8")
         self.output.flush()
+
+
+class MemoryLine:
+    """VRAM through NVML where there is a GPU, else resident memory; of the process holding the model (a managed
+    llama-server's, or this one). Sampled at most once a second: the toolbar redraws more often."""
+
+    def __init__(self) -> None:
+        self._text, self._at = DASH, -MEMORY_EVERY_S
+
+    def text(self, facts: BackendFacts | None) -> str:
+        now = time.monotonic()
+        if now - self._at >= MEMORY_EVERY_S:
+            pid = facts.pid if facts else None
+            gpu = gpu_memory(pid=pid)
+            if isinstance(gpu, GpuMemory):
+                self._text = f"VRAM {gpu.used / 1e6:,.0f} / {gpu.total / 1e6:,.0f} MB"
+            else:
+                rss = rss_bytes(pid)
+                self._text = DASH if rss is None else f"RSS {rss / 1e6:,.0f} MB"
+            self._at = now
+        return self._text

@@ -75,9 +75,9 @@ def opened(context: PeerContext, binary: str | None) -> Iterator[Opened]:
             if spec_type == LLAMA_SERVER_TYPES[0]:
                 return
             continue
+        yield runner  # the caller holds it (and closes it) before anything more can fail
         if context.stored_chats:
             context.learn(runner)
-        yield runner
 
 
 PEER = Peer("llama-server", f"llama-server[=PATH] (runs --spec-type {', '.join(LLAMA_SERVER_TYPES)})", opened,

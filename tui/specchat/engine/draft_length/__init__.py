@@ -1,5 +1,5 @@
 """How many tokens a step drafts, behind one small interface: fixed by the profile (``FixedLength``), or chosen step
-by step by ``n_max = "auto"`` (``adaptive.Adaptive``). A new draft-length policy is one class with this protocol."""
+by step by ``n_max = "auto"`` (``auto_length.Adaptive``). A new draft-length policy is one class with this protocol."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ class LearnedVerifyCost:
     """The verify costs as learned. Every step times a verify, right after the target's decode has pushed everything
     else out of the CPU's caches, where numpy calls on these few numbers cost 5–10 µs each (learning took 60–150 µs a
     step as numpy): so the learning is plain Python on lists, and a verify timed is learned from when the costs are
-    next read (every few steps, ``adaptive.REPRICE_EVERY``), in a row, with the same result as one at a time."""
+    next read (every few steps, ``auto_length.REPRICE_EVERY``), in a row, with the same result as one at a time."""
 
     def __init__(self, sweep: VerifyCost, depth_slope: float = 0.0) -> None:
         self.sweep, self.depth_slope = sweep, depth_slope
