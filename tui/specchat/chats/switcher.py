@@ -174,8 +174,7 @@ class Switcher:
     # -- quick toggles: each a new choice made from the one in use (UI thread; ``switch`` it on the worker thread) --
 
     def in_use(self) -> Choice:
-        self.sendable()
-        if self.choice is None:
+        if self.choice is None or self.backend is None:
             raise Refused(self.why_not_send() or "")
         return self.choice
 
