@@ -442,9 +442,11 @@ async def test_stream_is_followed_only_while_the_reader_is_at_the_bottom(setting
         await pilot.pause(0.3)
         assert app.chat.scroll_y == 0  # never pulled back down
         app.chat.scroll_end(animate=False)  # back at the bottom: following again
+        second = app.last_reply
         app.query_one(PromptInput).load_text("And a third one.")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.busy is None, timeout=120)
+        await pilot.press("enter")  # (the reply may not have begun when the key returns)
+        await wait_until(pilot, lambda: app.last_reply is not second and app.busy is None
+                         and app.last_reply.finish_reason, timeout=120)
         await pilot.pause(0.3)
         assert app.chat.scroll_y == app.chat.max_scroll_y
 
@@ -633,10 +635,10 @@ async def test_a_crash_on_the_engine_thread_is_one_line_and_the_app_goes_on(sett
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         app.query_one(PromptInput).load_text("Hello?")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.busy is None, timeout=20)
-        messages = notices(app)
-        assert any("simulated llama.cpp failure" in m and "\n" not in m for m in messages)
+        await pilot.press("enter")  # (the reply may not have begun when the key returns: wait for what it says)
+        await wait_until(pilot, lambda: any("simulated llama.cpp failure" in m for m in notices(app)), timeout=20)
+        assert app.busy is None
+        assert all("\n" not in m for m in notices(app) if "simulated llama.cpp failure" in m)
         assert (await ask(pilot, "Hello again?")).finish_reason in ("stop", "length", "loop")
 
 

@@ -18,7 +18,7 @@ from specchat.chats.session import ChatSession
 from specchat.chats.store import Store
 from specchat.engine import Message
 from specchat.repl.shell import ReplSettings
-from helpers import ask, CTRL_D, plain_text, ready, run_repl, SIZE, wait_until
+from helpers import ask, CTRL_D, notices, plain_text, ready, run_repl, SIZE, wait_until
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
 KINDS = ("in-process", "managed")
@@ -226,8 +226,8 @@ async def test_a_refused_edit_and_a_stale_selection_in_the_app(settings):
         prompt = app.query_one(PromptInput)
         huge = "word " * 5000
         prompt.load_text(huge)
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.busy is None)
+        await pilot.press("enter")  # (refused by the backend: wait for its line, not for an idle app it began from)
+        await wait_until(pilot, lambda: app.busy is None and any("context holds" in n for n in notices(app)))
         await pilot.pause()  # the views the chat drew again replace the old ones at the next refresh
         assert texts(app.session) == before and shown_messages(app) == before and versions_shown(app) == []
         assert prompt.text == huge and app.editing == 0  # still the edit, to shorten

@@ -220,8 +220,10 @@ class Context(SequenceCache):
             )
         self.model = model
         self.ptr = ctx
+        # llama.cpp pads a small context (96 → 256) and caps the batch at the size asked for: a decode longer than
+        # the batch it took fails its assert, which aborts the process. Both are read back, never assumed.
         self.n_ctx: int = lc.llama_n_ctx(ctx)
-        self.n_batch = n_batch
+        self.n_batch: int = min(lc.llama_n_batch(ctx), lc.llama_n_ubatch(ctx))
         self.kv_cache = kv_cache
         self.mem = lc.llama_get_memory(ctx)
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
