@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from helpers import THREADS
-from specchat.backends import open_backend
+from specchat.backends.local import LocalBackend
 from specchat.backends.run_config import BackendSettings, RunConfig
 from specchat.backends.run_config import kind_named
 from specchat.backends.server_flags import server_args
@@ -165,7 +165,8 @@ class PlainDecoding:
             if (n_ctx, loop) not in self._backends:
                 config = dataclasses.replace(speculative_config(self.target, self.draft, n_ctx), spec=SpecConfig("none"),
                                              draft=None, backend=BackendSettings(), loop=LoopRule() if loop else None)
-                self._backends[n_ctx, loop] = open_backend(config)
+                # the engine itself, never the kind registry a recorded test plays (tests/cassettes.py)
+                self._backends[n_ctx, loop] = LocalBackend(config)
             backend = self._backends[n_ctx, loop]
             events = list(backend.answer(history, text, max_tokens=max_tokens))
             ids = [e.token for e in events if isinstance(e, TokenEmitted)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import llama_cpp
 import pytest
 from specchat import paths
 from specchat.app.settings import Settings
+from specchat.backends.run_config import backend_kinds
 from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
 from specchat.engine.core import Engine
 from specchat.engine.drafters import METHODS
@@ -17,7 +19,42 @@ from specchat.engine.sampling import SamplingParams
 from specchat.profiles import embedded
 from helpers import THREADS
 
+import cassettes
+
 REAL_CACHE = paths.cache_dir()  # taken at import, before any test points HOME elsewhere
+
+
+PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.stash[PASSED] = report.passed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def recorded_backend(request, monkeypatch) -> Iterator[cassettes.Cassette | None]:
+    """A test marked ``recorded`` plays the in-process backend from its cassette (tests/cassettes.py), or records it
+    with ``SPECCHAT_RECORDED=record`` (``python tests/recorded.py``)."""
+    marker = request.node.get_closest_marker("recorded")
+    if marker is None or cassettes.MODE == "off":
+        yield None
+        return
+    module = Path(request.node.path).stem
+    cassette = cassettes.Cassette(cassettes.ROOT / module / f"{request.node.name}.json.gz", cassettes.MODE,
+                                  **marker.kwargs)
+    kinds = backend_kinds()
+    monkeypatch.setitem(kinds, "local", dataclasses.replace(kinds["local"], open=cassette.opener(kinds["local"].open)))
+    yield cassette
+    if cassettes.MODE == "record":
+        if request.node.stash.get(PASSED, False):
+            cassette.save()
+    elif cassette.misses:
+        pytest.fail(f"{'; '.join(dict.fromkeys(cassette.misses))} — record it again: "
+                    f"{cassettes.RECORD_COMMAND} '{request.node.nodeid}'", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ from specchat.app.widgets.prompt import PromptInput
 from specchat.app.widgets.reply import ReplyView
 from specchat.chats.replies import Frame
 from specchat.chats.session import ChatSession
-from specchat.engine import Engine
+from specchat.engine import Engine, Message
 from specchat.engine.events import (ContextTrimmed, DraftRejected, Event, ReplyFinished, ReplyStarted, StepVerified,
                                     TokenEmitted)
 from specchat.engine.repetition import LoopRule
@@ -178,12 +178,34 @@ async def ask(pilot, text: str) -> ReplyView:
     return app.last_reply
 
 
+LONG_STORY = "Write a very long story about a dragon and a knight."
+HELD_LONG_STORY = {LONG_STORY: 8}  # a recorded test that cuts the long story holds it where the front end sees 8 tokens
+
+
 async def start_long_reply(pilot) -> None:
     """Send a prompt with a long answer and wait until a few tokens of it are on screen."""
     app = pilot.app
-    app.query_one(PromptInput).load_text("Write a very long story about a dragon and a knight.")
+    app.query_one(PromptInput).load_text(LONG_STORY)
     await pilot.press("enter")
     await wait_until(pilot, lambda: app.last_reply is not None and len(app.last_reply.segments) >= 8)
+
+
+def kept_messages(backend) -> list[Message]:
+    """The conversation the in-process backend went on from in its last reply, that reply included: the engine's own
+    (real, or recording) or the one a recorded backend was handed (tests/cassettes.py)."""
+    import cassettes
+
+    if isinstance(backend, cassettes.RecordedBackend):
+        return backend.messages
+    return getattr(backend, "real", backend).engine.messages
+
+
+def models_freed(backend) -> bool:
+    import cassettes
+
+    if isinstance(backend, cassettes.RecordedBackend):
+        return backend.closed
+    return getattr(backend, "real", backend).engine.ctx.ptr is None
 
 
 def notices(app) -> list[str]:

@@ -1,12 +1,18 @@
-"""Engine events as JSON, so snapshot tests can replay a real reply deterministically.
+"""The one command that records again, from real runs of the bundled pair, what tests play back:
 
-Regenerate the fixture from a real run of the bundled pair with: python tests/recorded.py
+    python tests/recorded.py                 # every recorded test's cassette (tests/cassettes.py)
+    python tests/recorded.py TEST_ID ...     # only these tests' cassettes
+    python tests/recorded.py --reply         # the reply the snapshot tests draw (its timings move the snapshots)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from specchat.engine import events as ev
@@ -51,5 +57,20 @@ def record() -> None:
     FIXTURE.write_text(json.dumps({"prompt": PROMPT, "events": dump(events)}, indent=0))
 
 
+def record_cassettes(test_ids: list[str]) -> int:
+    """Run the recorded tests on the real backend, each passing one writing its cassette whole (all of them: the
+    cassettes of tests gone or renamed go too)."""
+    from cassettes import ROOT
+
+    if not test_ids:
+        shutil.rmtree(ROOT, ignore_errors=True)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "recorded", *test_ids]
+    root = Path(__file__).parent.parent
+    return subprocess.run(command, cwd=root, env=os.environ | {"SPECCHAT_RECORDED": "record"}).returncode
+
+
 if __name__ == "__main__":
-    record()
+    if sys.argv[1:] == ["--reply"]:
+        record()
+    else:
+        sys.exit(record_cassettes(sys.argv[1:]))

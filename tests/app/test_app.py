@@ -19,7 +19,8 @@ from specchat.app.widgets.prompt import PromptInput
 from specchat.app.widgets.reply import ProvenanceLines, ReplyView, provenance_text
 from specchat.engine.events import TokenEmitted, TokenKind
 from specchat.chats.store import Store
-from helpers import arrive, ask, notices, plain_text, ready, SIZE, start_long_reply, wait_until
+from helpers import (HELD_LONG_STORY, arrive, ask, kept_messages, models_freed, notices, plain_text, ready, SIZE,
+                     start_long_reply, wait_until)
 
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -29,13 +30,14 @@ def sidebar_text(app: SpecchatApp) -> str:
     return app.sidebar.plain
 
 
+@pytest.mark.recorded
 async def test_reply_streams_in_colour_with_live_telemetry(settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         view = await ask(pilot, "List three fruits.")
         kinds = {kind for _, kind in view.segments}
         assert {"accepted", "corrected"} <= kinds  # the Q2_K self-draft is right about half the time
-        assert view.text == app.backend.engine.messages[-1].content
+        assert view.text == kept_messages(app.backend)[-1].content
         t = app.telemetry
         assert t.reply.drafted > 0 and 0 < t.reply.accepted < t.reply.drafted
         assert t.plain_tps and t.ttft is not None and t.n_ctx == 4096
@@ -47,6 +49,7 @@ async def test_reply_streams_in_colour_with_live_telemetry(settings):
         assert "green" in styles and "#ffaf00" in styles
 
 
+@pytest.mark.recorded(holds=HELD_LONG_STORY)
 async def test_escape_cancels_and_keeps_the_partial_reply(settings, make_engine):
     settings.max_tokens = 400
     async with make_app(settings).run_test(size=SIZE) as pilot:
@@ -57,7 +60,7 @@ async def test_escape_cancels_and_keeps_the_partial_reply(settings, make_engine)
         view = app.last_reply
         assert view.finish_reason == "cancelled" and 8 <= len(view.segments) < 400
         assert "cancelled" in plain_text(view.status_line)
-        assert app.backend.engine.messages[-1].finish_reason == "cancelled"
+        assert kept_messages(app.backend)[-1].finish_reason == "cancelled"
         stored = Store(settings.db_path).messages(app.session.id)
         assert stored[-1].finish_reason == "cancelled" and stored[-1].content == view.text
         follow = await ask(pilot, "Shorter, please.")  # the chat goes on from the kept partial reply
@@ -65,6 +68,7 @@ async def test_escape_cancels_and_keeps_the_partial_reply(settings, make_engine)
         assert follow.tokens == plain_reply(make_engine, app, "Shorter, please.")
 
 
+@pytest.mark.recorded
 async def test_opening_and_closing_the_profile_picker_keeps_no_widgets_alive(settings):
     """Found measuring the storm's memory: each footer recompose left its keys alive through Textual's watcher list
     (Textualize/textual#6666), 28 widgets each time the picker opened and closed."""
@@ -87,6 +91,7 @@ async def test_opening_and_closing_the_profile_picker_keeps_no_widgets_alive(set
         assert counts[-1] <= counts[1], counts
 
 
+@pytest.mark.recorded
 async def test_a_profile_name_typed_in_full_is_the_one_enter_picks(settings):
     """F2, "tiny", Enter picked server-tiny (first in the list, alphabetically, and matching "tiny"): the name typed in
     full comes first, then names it begins, then the rest — each still matching every word typed."""
@@ -116,6 +121,7 @@ async def test_a_profile_name_typed_in_full_is_the_one_enter_picks(settings):
         await pilot.press("escape")
 
 
+@pytest.mark.recorded
 async def test_the_profile_picker_closed_before_its_draft_search_ends(settings, monkeypatch):
     """Found by the storm (benchmarks/stress/storms.py, round 161): Enter in the picker before the draft search in its
     thread had finished, and the search's result reached a screen no longer there — the app died."""
@@ -204,6 +210,7 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
         assert (await ask(pilot, "Still working?")).tokens == plain_reply(make_engine, app, "Still working?")
 
 
+@pytest.mark.recorded
 async def test_restart_finds_the_chat_with_its_colours_and_exports(settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:
         await ready(pilot)
@@ -214,7 +221,7 @@ async def test_restart_finds_the_chat_with_its_colours_and_exports(settings):
         views = list(app.query(ReplyView))
         assert len(views) == 1 and views[0].segments == segments
         await ask(pilot, "And one more?")
-        assert app.backend.engine.messages[-3].tokens == tokens  # the engine went on from the generated tokens
+        assert kept_messages(app.backend)[-3].tokens == tokens  # the backend went on from the generated tokens
         await pilot.press("ctrl+e")
         await pilot.pause(0.2)
         exported = sorted(settings.exports.iterdir())
@@ -225,6 +232,7 @@ async def test_restart_finds_the_chat_with_its_colours_and_exports(settings):
         assert "Name two planets." in exported[1].read_text()
 
 
+@pytest.mark.recorded
 async def test_ab_compare_reruns_without_speculation(settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
@@ -235,7 +243,7 @@ async def test_ab_compare_reruns_without_speculation(settings):
         assert result.identical is True  # greedy: speculation never changes the output
         assert result.plain["method"] == "none" and result.plain["decode_tps"]
         assert result.spec["method"] == "draft" and result.spec["drafted"] > 0
-        assert app.backend.engine.config.spec.method == "draft"  # the profile is back as it was
+        assert app.backend.config.spec.method == "draft"  # the profile is back as it was
         assert "A/B plain run of 'What is two plus two?'" in app.telemetry.plain_source
         # Another chat, another prompt: the reference still names the prompt it was measured on ("A/B plain run of
         # this prompt" there vouched for a run that never was).
@@ -244,6 +252,7 @@ async def test_ab_compare_reruns_without_speculation(settings):
         assert "A/B plain run of 'What is two plus two?'" in app.telemetry.plain_source
 
 
+@pytest.mark.recorded
 async def test_help_lists_every_binding_and_keys_can_be_remapped(settings):
     settings.keymap.write_text('[keys]\nab_compare = "f9"\nhelp = "f10"\n')
     async with make_app(settings).run_test(size=SIZE) as pilot:
@@ -299,6 +308,7 @@ async def test_prompt_input_keys(settings):
         assert any("paste of" in n for n in notices(app))
 
 
+@pytest.mark.recorded
 async def test_narrow_terminal_collapses_the_sidebar(settings):
     async with make_app(settings).run_test(size=(70, 30)) as pilot:
         app = await ready(pilot)
@@ -310,6 +320,7 @@ async def test_narrow_terminal_collapses_the_sidebar(settings):
         assert app.sidebar.display
 
 
+@pytest.mark.recorded
 async def test_message_larger_than_the_context_is_refused_with_a_message(settings, tmp_path):
     profile = tmp_path / "small.toml"
     profile.write_text('[target]\nmodel = "embedded:target"\nn_ctx = 96\n[draft]\nmethod = "ngram"\n')
@@ -323,6 +334,7 @@ async def test_message_larger_than_the_context_is_refused_with_a_message(setting
         assert (await ask(pilot, "Hi")).segments  # the chat goes on
 
 
+@pytest.mark.recorded
 async def test_a_damaged_database_is_kept_aside_and_a_new_one_saves_the_chat(settings):
     damaged = b"this is not a sqlite database" * 100
     settings.db_path.write_bytes(damaged)
@@ -336,6 +348,7 @@ async def test_a_damaged_database_is_kept_aside_and_a_new_one_saves_the_chat(set
     assert Store(settings.db_path).messages(1)[1].content == reply.text  # the new database saves the chat
 
 
+@pytest.mark.recorded
 async def test_unwritable_database_location(settings, tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the data dir should be")
@@ -375,6 +388,7 @@ def test_app_runs_in_a_real_terminal_session(settings):
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
 
+@pytest.mark.recorded
 async def test_reply_lines_show_every_segment_once_in_its_colour(settings):
     """A streamed reply is wrapped a paragraph at a time and drawn line by line; the lines on screen are exactly the
     whole reply wrapped at once, in its colours, with ghosts off and on."""
@@ -409,6 +423,7 @@ def styled_chars(text: Text) -> list[tuple[str, str]]:
     return [(char, style) for char, style in zip(text.plain, styles) if char != "\n"]
 
 
+@pytest.mark.recorded
 async def test_markdown_toggle_renders_the_finished_reply_with_its_code_highlighted(settings):
     settings.max_tokens = 120
     async with make_app(settings).run_test(size=SIZE) as pilot:
@@ -427,6 +442,7 @@ async def test_markdown_toggle_renders_the_finished_reply_with_its_code_highligh
         assert view.body.display and not view.rendered.display and view.body.size.height > 0
 
 
+@pytest.mark.recorded(pace=0.02)
 async def test_stream_is_followed_only_while_the_reader_is_at_the_bottom(settings):
     settings.max_tokens = 300
     async with make_app(settings).run_test(size=(100, 24)) as pilot:
@@ -489,6 +505,7 @@ def ghosts_sit_between_accepted_and_correction(segments, ghosts) -> None:
         assert index + 1 == len(segments) or segments[index + 1][1] == "corrected", (index, segments[index:index + 2])
 
 
+@pytest.mark.recorded
 async def test_ghosts_sit_where_the_draft_was_rejected_in_the_view_and_in_a_reopened_chat(settings):
     settings.max_tokens = 120
     async with make_app(settings).run_test(size=SIZE) as pilot:
@@ -504,6 +521,7 @@ async def test_ghosts_sit_where_the_draft_was_rejected_in_the_view_and_in_a_reop
         ghosts_sit_between_accepted_and_correction(reopened.segments, reopened.ghosts)
 
 
+@pytest.mark.recorded(holds=HELD_LONG_STORY)
 async def test_quitting_while_a_reply_streams_saves_the_partial_reply(settings):
     settings.max_tokens = 400
     async with make_app(settings).run_test(size=SIZE) as pilot:
@@ -513,12 +531,12 @@ async def test_quitting_while_a_reply_streams_saves_the_partial_reply(settings):
         await pilot.press("ctrl+q")
     # The engine's step in progress ended and the models were freed before the app returned: a model freed by the
     # interpreter's shutdown under a step still decoding on a daemon thread is a segfault (exit 139, seen once).
-    assert not app.replies.working and app.backend.engine.ctx.ptr is None
+    assert not app.replies.working and models_freed(app.backend)
     stored = Store(settings.db_path).messages(chat)
     assert [m.role for m in stored] == ["user", "assistant"]
     # Every token the engine produced is saved, those of the step that ended after Ctrl+Q too (they stayed in memory
     # only when quitting marked the reply saved before the engine had finished its step).
-    kept = app.backend.engine.messages[-1]
+    kept = kept_messages(app.backend)[-1]
     assert (stored[-1].content, stored[-1].tokens) == (kept.content, kept.tokens)
     assert stored[-1].finish_reason == "interrupted" and len(stored[-1].segments) >= 8
     assert stored[-1].content == "".join(text for text, _ in stored[-1].segments)
@@ -527,9 +545,10 @@ async def test_quitting_while_a_reply_streams_saves_the_partial_reply(settings):
         view = list(app.query(ReplyView))[-1]
         assert view.text == stored[-1].content and "interrupted" in plain_text(view.status_line)
         await ask(pilot, "Go on.")
-        assert app.backend.engine.messages[-3].content == stored[-1].content
+        assert kept_messages(app.backend)[-3].content == stored[-1].content
 
 
+@pytest.mark.recorded
 async def test_a_refused_message_leaves_no_trace_and_regenerate_replaces_the_right_reply(settings, tmp_path):
     profile = tmp_path / "small.toml"
     profile.write_text('[target]\nmodel = "embedded:target"\nn_ctx = 160\n[draft]\nmethod = "ngram"\n')
@@ -547,10 +566,11 @@ async def test_a_refused_message_leaves_no_trace_and_regenerate_replaces_the_rig
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: app.busy is None and len(list(app.query(ReplyView))) == 1)
         roles = [m.role for m in store.messages(app.session.id)]
-        assert roles == ["user", "assistant"] == [m.role for m in app.backend.engine.messages if m.role != "system"]
+        assert roles == ["user", "assistant"] == [m.role for m in kept_messages(app.backend) if m.role != "system"]
         assert store.messages(app.session.id)[0].content == "Hi"
 
 
+@pytest.mark.recorded
 async def test_restored_token_ids_follow_the_target_model_not_the_profile_name(settings, tmp_path, target_path):
     async with make_app(settings).run_test(size=SIZE) as pilot:
         await ready(pilot)
@@ -560,7 +580,7 @@ async def test_restored_token_ids_follow_the_target_model_not_the_profile_name(s
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         await ask(pilot, "And a third?")
-        assert app.backend.engine.messages[-3].tokens == tokens
+        assert kept_messages(app.backend)[-3].tokens == tokens
     other = tmp_path / "other-target.gguf"
     from gguf_fixtures import write_variant
 
@@ -572,13 +592,13 @@ async def test_restored_token_ids_follow_the_target_model_not_the_profile_name(s
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         await ask(pilot, "And a fourth?")
-        engine = app.backend.engine
-        assert engine.target.path == other
-        first_reply = next(m for m in engine.messages if m.role == "assistant")
+        assert app.backend.config.target.path == other
+        first_reply = next(m for m in kept_messages(app.backend) if m.role == "assistant")
         assert first_reply.tokens is None  # re-tokenized from its text for this other model
         assert first_reply.content == "".join(text for text, _ in first.segments)
 
 
+@pytest.mark.recorded
 async def test_ab_compare_works_without_a_database_and_from_the_same_cache_state(settings):
     settings.db_path = None
     async with make_app(settings).run_test(size=SIZE) as pilot:
@@ -594,6 +614,7 @@ async def test_ab_compare_works_without_a_database_and_from_the_same_cache_state
         assert app.screen.result.identical is True and plain["generated"] == spec["generated"]
 
 
+@pytest.mark.recorded
 async def test_sampled_ab_differences_are_not_flagged_as_a_failure(settings, tmp_path):
     profile = tmp_path / "sampled.toml"
     profile.write_text('[target]\nmodel = "embedded:target"\n[draft]\nmethod = "draft"\nmodel = "embedded:draft"\n'
@@ -608,6 +629,7 @@ async def test_sampled_ab_differences_are_not_flagged_as_a_failure(settings, tmp
         assert "sampled" in shown and "NO" not in shown
 
 
+@pytest.mark.recorded
 async def test_chat_counters_start_again_with_each_chat(settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
@@ -753,6 +775,7 @@ class FirstStart:
             self.lock.release()
 
 
+@pytest.mark.recorded
 async def test_a_message_sent_while_the_model_loads_waits_and_is_sent_once_it_is_loaded(settings, user_cache,
                                                                                           draft_path):
     """It was refused ("the model is still loading — try again"); a newcomer presses Enter at once."""
@@ -778,6 +801,7 @@ async def test_a_message_sent_while_the_model_loads_waits_and_is_sent_once_it_is
         assert Store(settings.db_path).messages(app.session.id)[0].content == "Qué es un faro? ¿Y 灯塔?"
 
 
+@pytest.mark.recorded
 async def test_esc_withdraws_a_message_waiting_for_the_model_and_keeps_it_in_the_prompt(settings, user_cache,
                                                                                        draft_path):
     from specchat.chats.replies import Activity
@@ -801,6 +825,7 @@ async def test_esc_withdraws_a_message_waiting_for_the_model_and_keeps_it_in_the
         assert not app.session.turns and prompt.text == "Say hello."  # withdrawn: not sent when the load ended
 
 
+@pytest.mark.recorded
 async def test_the_profile_loaded_is_the_one_the_next_start_opens(settings):
     """F2 → tiny, Ctrl+Q, `specchat`: it was back to the default."""
     from specchat.app.settings import starting_profile
@@ -818,6 +843,7 @@ async def test_the_profile_loaded_is_the_one_the_next_start_opens(settings):
     assert profile == DEFAULT_PROFILE and "the profile used last (gone-since) cannot be opened now" in note
 
 
+@pytest.mark.recorded
 async def test_the_sidebar_shows_a_reply_that_drafted_nothing_as_plain_decoding(settings):
     """A busy start's reference (3 tok/s) made a plain reply read "25.06× of 3 tok/s" (issue #47)."""
     from specchat.engine.reference import PlainReference

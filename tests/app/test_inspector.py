@@ -200,6 +200,7 @@ def test_the_source_of_a_copy_is_found_in_the_turn_it_came_from():
     assert copy_source(texts, "zebra") is None and copy_source(texts, "xx a") is None
 
 
+@pytest.mark.recorded
 async def test_the_inspector_underlines_what_an_ngram_draft_copied(tmp_path, settings, cheap_verify):
     """An ngram profile drafts by the measured costs: a noisy sweep let it copy nothing here, and nothing was judged."""
     from helpers import SIZE, ask as ask_in_app, wait_until
@@ -244,6 +245,7 @@ def test_an_old_reply_without_a_trace_says_so():
 # -- front ends ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings, llama_server, servers):
     from helpers import SIZE, ask as ask_in_app, wait_until
@@ -317,6 +319,7 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
         assert str(app.query_one(Inspector).render()).splitlines()[1:] == token_lines(record, len(record.segments) - 1)[1:]
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 def test_inspect_and_replay_in_the_repl(kind, tmp_path, llama_server, servers):
     from helpers import CTRL_D, run_repl
@@ -382,6 +385,7 @@ CLOCKS = {"elapsed", "t_prefill", "t_draft", "t_verify", "t_total", "ttft", "t_l
           "t_overhead", "threads"}
 
 
+@pytest.mark.recorded
 async def test_the_replay_names_the_profile_the_reply_ran_under(settings):
     """The replay's sidebar named today's profile: a reply made under tiny, replayed after a switch to ngram (and
     reopened from the store), names tiny."""

@@ -125,6 +125,7 @@ def test_the_app_in_a_real_terminal_survives_abuse_and_stores_clean_text(setting
         assert m.content == "".join(text for text, _ in m.segments)
 
 
+@pytest.mark.recorded(pace=0.02)
 async def test_a_resize_storm_while_streaming_keeps_record_view_and_store_equal(settings):
     settings.max_tokens = 160
     async with make_app(settings).run_test(size=SIZE) as pilot:
@@ -223,6 +224,7 @@ def test_alt_e_followed_in_the_same_read_by_end_is_still_alt_e():
     assert keys == ["alt+up", "alt+up", "alt+e", "end", "backspace"]
 
 
+@pytest.mark.recorded
 async def test_an_empty_prompt_squeezed_to_nothing_still_draws(settings):
     """Narrowing a wide terminal lays the chat out once beside the sidebar before the sidebar collapses: the prompt is
     then a few columns wide, and Textual's TextArea cannot wrap its placeholder into no width (a crash, found by the

@@ -70,6 +70,7 @@ def test_speculation_off_and_on_by_hand_then_a_longer_draft_then_back(kind, tmp_
         controller.close()
 
 
+@pytest.mark.recorded
 def test_previous_profile_goes_back_with_its_toggles():
     from pathlib import Path
 
@@ -142,6 +143,7 @@ def test_what_cannot_be_toggled_says_why_in_one_line(tmp_path, llama_server, ser
         controller.close()
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 async def test_the_keys_in_the_app(kind, tmp_path, settings, llama_server, servers):
     from helpers import SIZE, ask as ask_in_app, wait_until
@@ -181,6 +183,7 @@ async def test_the_keys_in_the_app(kind, tmp_path, settings, llama_server, serve
         assert any("no earlier profile" in note for note in notes()) and app.busy is None
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_commands_in_the_repl(kind, tmp_path, llama_server, servers):
     from helpers import CTRL_D, run_repl
@@ -201,6 +204,7 @@ def test_the_commands_in_the_repl(kind, tmp_path, llama_server, servers):
     assert "specchat:" not in text, text
 
 
+@pytest.mark.recorded
 def test_spec_on_for_a_profile_that_does_not_speculate_says_so(tmp_path):
     from helpers import CTRL_D, run_repl
 
@@ -235,6 +239,7 @@ def test_favourites_are_read_from_the_settings_file_and_bad_ones_say_why(tmp_pat
             load_favourites(path)
 
 
+@pytest.mark.recorded
 async def test_favourite_keys_in_the_app(tmp_path, settings):
     from helpers import SIZE, wait_until
 
@@ -256,6 +261,7 @@ async def test_favourite_keys_in_the_app(tmp_path, settings):
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "tiny")
 
 
+@pytest.mark.recorded
 def test_favourites_in_the_repl(tmp_path):
     from helpers import CTRL_D, run_repl
 
@@ -269,6 +275,7 @@ def test_favourites_in_the_repl(tmp_path):
     assert "specchat: no favourite 2: it names 1" in text
 
 
+@pytest.mark.recorded
 async def test_the_profile_picker_filters_as_you_type_and_marks_models_not_here(settings):
     from helpers import SIZE, ready, wait_until
 
@@ -326,6 +333,7 @@ def test_the_advice_when_speculation_is_slower():
     assert advice(0.5, True, 0.6, load_profile("suffix-draft"), sizes).why.startswith("the draft (60 MB) costs")
 
 
+@pytest.mark.recorded
 async def test_the_app_says_why_speculation_loses_and_one_key_switches(settings):
     from helpers import SIZE, ask as ask_in_app, ready, wait_until
 
@@ -346,6 +354,7 @@ async def test_the_app_says_why_speculation_loses_and_one_key_switches(settings)
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
 
 
+@pytest.mark.recorded
 def test_the_repl_says_why_once_a_profile(tmp_path):
     from helpers import CTRL_D, run_repl
 

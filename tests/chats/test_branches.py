@@ -61,6 +61,7 @@ def answer(controller, exchange):
     return controller.session.last_reply
 
 
+@pytest.mark.recorded
 def test_regenerate_keeps_the_old_answer_as_a_version(controller, plain):
     first = ask(controller, FIRST)
     again = answer(controller, controller.regenerate())
@@ -106,6 +107,7 @@ def test_an_edit_keeps_the_old_branch_and_decodes_only_from_the_edit(controller,
     assert texts(reopened(controller)) == [EDITED, text]
 
 
+@pytest.mark.recorded
 def test_versions_nest_and_survive_a_reopen(controller):
     ask(controller, FIRST)
     ask(controller, SECOND)
@@ -119,6 +121,7 @@ def test_versions_nest_and_survive_a_reopen(controller):
     assert texts(again) == texts(session) and again.alternatives(2) == (1, 2) and again.alternatives(3) == (2, 2)
 
 
+@pytest.mark.recorded
 def test_delete_fork_and_rename_are_saved_as_they_happen(controller):
     ask(controller, FIRST)
     ask(controller, SECOND)
@@ -151,6 +154,7 @@ def refused(controller, exchange) -> str | None:
     return controller.failed(failure)
 
 
+@pytest.mark.recorded
 def test_a_first_message_refused_before_it_began_leaves_no_title_and_no_chat(controller):
     """A message too long for the context, refused, stayed as the chat's title (even after another message was sent)
     and as an empty chat in the store."""
@@ -165,6 +169,7 @@ def test_a_first_message_refused_before_it_began_leaves_no_title_and_no_chat(con
     assert texts(reopened(controller))[0] == FIRST
 
 
+@pytest.mark.recorded
 def test_an_edit_refused_before_it_began_restores_what_was_there(controller):
     ask(controller, FIRST)
     before = texts(controller.session)
@@ -196,6 +201,7 @@ def test_a_regeneration_refused_before_it_began_shows_the_reply_again(controller
     assert texts(reopened(controller)) == before
 
 
+@pytest.mark.recorded
 def test_regenerating_an_unanswered_question_makes_no_empty_version(controller):
     ask(controller, FIRST)
     controller.delete_from(1)  # the question stays, its reply goes (as after a fork at a question)

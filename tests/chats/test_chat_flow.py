@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import THREADS, Run, endless_profile, notices
+from helpers import HELD_LONG_STORY, THREADS, Run, endless_profile, notices
 from gguf_fixtures import write_variant
 from specchat.backends import open_backend
 from specchat.backends.run_config import BackendSettings, RunConfig
@@ -275,6 +275,7 @@ def test_a_server_restart_never_runs_two_servers_and_ab_shows_the_servers_memory
 # -- 4. A/B compares like with like --------------------------------------------------------------------------------
 
 
+@pytest.mark.recorded(holds=HELD_LONG_STORY)
 def test_ab_in_the_repl_refuses_a_cancelled_reply_and_one_made_under_another_profile(tmp_path, user_cache):
     from specchat.repl.shell import ReplSettings
     from helpers import signal_once_streaming
@@ -292,6 +293,7 @@ def test_ab_in_the_repl_refuses_a_cancelled_reply_and_one_made_under_another_pro
     assert "the profile changed the sampling since this reply" in text
 
 
+@pytest.mark.recorded
 def test_ab_refuses_a_reply_made_under_another_target_or_context(tmp_path, user_cache):
     """After a switch that changed the target or the context, both arms reran under the new profile against a record
     made under the old one; each change is named, and a regenerated reply can be compared again."""
@@ -401,6 +403,7 @@ def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, us
     assert repl.profile.name == "ngram" and len(repl.session.turns) == 2  # switched, then "Say yes." was answered
 
 
+@pytest.mark.recorded
 def test_a_message_refused_before_it_began_comes_back_to_the_repls_prompt(tmp_path, user_cache):
     """The app put a message too long for the context back into its prompt; the REPL dropped it."""
     from specchat.repl.shell import ReplSettings

@@ -164,6 +164,7 @@ def test_a_new_or_opened_chat_while_saves_fail_keeps_the_unsaved_turns(tmp_path)
     assert read_back(store, kept) == in_memory
 
 
+@pytest.mark.recorded
 @pytest.mark.usefixtures("isolated_user_dirs")
 async def test_ctrl_n_in_the_app_while_saves_fail_keeps_the_chat_on_screen(settings):
     """The same through the app: Ctrl+N with two turns only in memory is one error line, the chat stays shown."""
@@ -259,6 +260,7 @@ def test_a_write_lock_held_by_another_process_is_waited_for_never_damage(full_st
     store.close()
 
 
+@pytest.mark.recorded
 @pytest.mark.usefixtures("short_busy_wait", "isolated_user_dirs")
 def test_the_repl_waits_for_another_process_writing_with_a_line(full_store, user_cache):
     from helpers import CTRL_D, run_repl
@@ -272,6 +274,7 @@ def test_the_repl_waits_for_another_process_writing_with_a_line(full_store, user
     assert not list(full_store.parent.glob("*.damaged-*"))
 
 
+@pytest.mark.recorded
 @pytest.mark.usefixtures("short_busy_wait", "isolated_user_dirs")
 async def test_the_app_waits_for_another_process_writing_with_a_line_and_saves_after(full_store, settings):
     from helpers import SIZE, ask, notices, ready, wait_until

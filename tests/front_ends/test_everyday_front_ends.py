@@ -51,6 +51,7 @@ def versions_shown(app) -> list[str]:
     return found
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
     settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
@@ -95,6 +96,7 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         assert texts(app.session)[0] == EDITED and versions_shown(app) == ["‹ 2/2 ›"] and app.selected == 0
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 async def test_fork_delete_rename_and_search_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
     settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
@@ -147,6 +149,7 @@ async def test_fork_delete_rename_and_search_in_the_app(kind, tmp_path, settings
         await pilot.press("escape")
 
 
+@pytest.mark.recorded
 async def test_copying_any_code_block(settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
@@ -168,6 +171,7 @@ async def test_copying_any_code_block(settings):
         assert copied == ["only\n", "echo two\nls\n"]
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 def test_edit_branch_fork_delete_title_and_search_in_the_repl(kind, tmp_path, user_cache, llama_server, servers):
     profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
@@ -191,6 +195,7 @@ def test_edit_branch_fork_delete_title_and_search_in_the_repl(kind, tmp_path, us
     assert len(hits) >= 2  # both chats hold the question
 
 
+@pytest.mark.recorded
 async def test_any_span_of_a_reply_can_be_selected_and_copied(settings):
     """A drag over a reply selects its text as drawn (Textual's text selection); Ctrl+C copies it."""
     settings.max_tokens = 24
@@ -213,6 +218,7 @@ async def test_any_span_of_a_reply_can_be_selected_and_copied(settings):
         assert copied == [first_line[2:10]]
 
 
+@pytest.mark.recorded
 async def test_a_refused_edit_and_a_stale_selection_in_the_app(settings):
     """An edit the backend refuses before it begins (larger than the context) leaves the chat on screen as it was and
     the edit in the prompt; a selection or an edit of another chat never reaches the one shown."""
@@ -245,6 +251,7 @@ async def test_a_refused_edit_and_a_stale_selection_in_the_app(settings):
         await pilot.press("escape")
 
 
+@pytest.mark.recorded
 async def test_deleting_a_chat_from_the_list_asks_first(tmp_path, settings):
     settings.max_tokens = 8
     async with make_app(settings).run_test(size=SIZE) as pilot:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CTRL_D, endless_profile, run_repl, signal_once_streaming
+from helpers import HELD_LONG_STORY, CTRL_D, endless_profile, run_repl, signal_once_streaming
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 from specchat import paths
@@ -61,6 +61,7 @@ def sgr(colour: str) -> str:
     return r"3[0-7]m|9[0-7]m"
 
 
+@pytest.mark.recorded
 def test_two_turns_with_a_profile_switch_between_them_saved_with_their_colours(repl_settings):
     keys = "Name two planets.\r/profile ngram\rAnd one more?\r" + CTRL_D
     repl, terminal, _ = run_repl(repl_settings, keys)
@@ -99,6 +100,7 @@ def test_every_llama_cpp_call_runs_on_one_thread(repl_settings, monkeypatch):
     assert len(threads) == 1, threads
 
 
+@pytest.mark.recorded
 def test_slash_commands_complete_and_an_unknown_one_gets_a_did_you_mean(repl_settings):
     completer = PromptCompleter.__new__(PromptCompleter)
     completer.repl = None
@@ -115,6 +117,7 @@ def test_slash_commands_complete_and_an_unknown_one_gets_a_did_you_mean(repl_set
     assert "unknown command /ghsts — did you mean /ghosts?" in terminal
 
 
+@pytest.mark.recorded
 def test_non_ascii_digits_are_usage_lines_and_the_repl_goes_on(repl_settings):
     """"²" is a digit to str.isdigit() and not a number to int(): each command says its usage, none ends the REPL."""
     keys = "Name two planets.\r/open ²\r/fav ²\r/draft ²\r/replay ²\r/open 1²\r/ghosts\r" + CTRL_D
@@ -125,6 +128,7 @@ def test_non_ascii_digits_are_usage_lines_and_the_repl_goes_on(repl_settings):
     assert "ghosts on" in terminal  # the command after them still ran
 
 
+@pytest.mark.recorded(holds=HELD_LONG_STORY)
 def test_ctrl_c_mid_reply_keeps_the_partial_reply_marked_cancelled(repl_settings):
     repl_settings.max_tokens = 400
     keys = "Write a very long story about a dragon and a knight.\rSay yes.\r" + CTRL_D
@@ -135,6 +139,7 @@ def test_ctrl_c_mid_reply_keeps_the_partial_reply_marked_cancelled(repl_settings
     assert replies[1].finish_reason in ("stop", "length", "loop")  # the REPL went on after the cancelled reply
 
 
+@pytest.mark.recorded
 def test_no_color_prints_plain_text_and_the_summary(repl_settings):
     repl_settings.color = False
     _, terminal, text = run_repl(repl_settings, "Name two planets.\r" + CTRL_D)
@@ -225,6 +230,7 @@ def test_repl_in_a_real_terminal_colours_cancels_and_quits(tmp_path, user_cache)
     assert len(finishes) == 2 and all(f[0] in ("stop", "length", "loop") and f[1] == "cancelled" for f in finishes), finishes
 
 
+@pytest.mark.recorded
 def test_history_is_kept_across_runs_privately(repl_settings):
     run_repl(repl_settings, "/help\r" + CTRL_D)
     history = Path(repl_settings.history_path)
@@ -232,6 +238,7 @@ def test_history_is_kept_across_runs_privately(repl_settings):
     assert paths.repl_history().name == "repl-history"
 
 
+@pytest.mark.recorded(holds=HELD_LONG_STORY)
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
 def test_the_terminal_closing_mid_reply_quits_with_the_partial_reply_saved_as_interrupted(repl_settings, signum):
     repl_settings.max_tokens = 400
@@ -246,6 +253,7 @@ def test_the_terminal_closing_mid_reply_quits_with_the_partial_reply_saved_as_in
     assert (reply.content, reply.tokens, reply.finish_reason) == (kept.text, list(kept.tokens), kept.finish_reason)
 
 
+@pytest.mark.recorded
 def test_a_message_typed_while_the_model_loads_waits_for_it_and_is_answered(repl_settings, user_cache, draft_path):
     """It was refused ("the model is still loading — try again"); a newcomer types at once."""
     from specchat.profiles import embedded
@@ -271,6 +279,7 @@ def test_a_message_typed_while_the_model_loads_waits_for_it_and_is_answered(repl
     assert [m.finish_reason for m in chat if m.role == "assistant"][0] in ("stop", "length", "loop")
 
 
+@pytest.mark.recorded
 def test_ctrl_c_withdraws_a_message_waiting_for_the_model(repl_settings, user_cache, draft_path):
     from specchat.profiles import embedded
 
@@ -295,6 +304,7 @@ def test_ctrl_c_withdraws_a_message_waiting_for_the_model(repl_settings, user_ca
     assert saved_chats(repl_settings.db_path) == []  # never sent
 
 
+@pytest.mark.recorded
 def test_a_reply_that_drafted_nothing_reads_as_plain_decoding_in_the_repl(tmp_path, user_cache):
     """A busy start's reference (3 tok/s) made a plain reply read 25× "vs plain" (issue #47)."""
     from specchat.engine.reference import PlainReference
