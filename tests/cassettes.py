@@ -8,20 +8,24 @@ A test marked ``@pytest.mark.recorded`` has the in-process kind opened by this m
 - ``record`` (``SPECCHAT_RECORDED=record``): the real ``LocalBackend`` answers, and what the front end asked of it and
   what it answered is written to the cassette, when the test passes (its asserts ran on the real engine);
 - ``off``: the real backend, as if the test were not marked.
-One command records them all again: ``python tests/recorded.py`` (test ids after it: only those).
+One command records them all again: ``python tests/recorded.py`` (test ids after it: only those). A cassette names
+the llama-cpp-python and the engine code it was recorded under (``engine_fingerprint``): after a change to either, it
+fails rather than play what the engine no longer does.
 
 A cassette's entries are keyed by what decides them: a reply by the configuration (its models' names and sizes, never
 their paths or threads), the conversation before it with its token ids, the message, the budget and ``top`` — so a
-played reply also proves the front end handed the backend the conversation the real one was handed. A key the cassette lacks
-fails the test, naming the command that records it. A reply the test cuts (Esc, Ctrl+C, quitting) is held, when
-recorded and when played alike, after the step that brings it to ``holds[message]`` tokens, until the front end stops
-it: the cut falls on the same token both times. A played reply waits ``pace`` seconds after each step, so it streams
-over several frames, as a real one does.
+played reply also proves the front end handed the backend the conversation the real one was handed. A key the
+cassette lacks fails the test, naming the command that records it. A reply the test cuts (Esc, Ctrl+C, quitting) is
+held, when recorded and when played alike, after the step that brings it to ``holds[message]`` tokens, until the
+front end stops it: the cut falls on the same token both times. A played reply waits ``pace`` seconds after each
+step, so it streams over several frames, as a real one does.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import gzip
 import hashlib
 import importlib
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp
+import specchat
 from specchat.backends.local import LocalBackend
 from specchat.backends.run_config import RunConfig
 from specchat.chats import trace
@@ -131,6 +136,26 @@ def error_of(row: dict[str, Any]) -> Exception:
         return error
 
 
+@functools.cache
+def engine_fingerprint() -> str:
+    """The code whose events a cassette holds — the engine, the in-process backend, the events' encoding — as its
+    syntax trees without docstrings: a change to what it does makes every cassette stale (recorded again, not played
+    as if the engine had not changed); a comment or a docstring does not."""
+    package = Path(specchat.__file__).parent
+    files = [*sorted((package / "engine").rglob("*.py")), package / "backends" / "local.py",
+             package / "chats" / "trace.py"]
+    hashed = hashlib.sha256()
+    for file in files:
+        tree = ast.parse(file.read_text())
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                    and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+        hashed.update(file.relative_to(package).as_posix().encode() + ast.dump(tree).encode())
+    return hashed.hexdigest()[:16]
+
+
 # -- the cassette -----------------------------------------------------------------------------------------------------
 
 class Cassette:
@@ -151,7 +176,7 @@ class Cassette:
 
     @staticmethod
     def header() -> dict[str, Any]:
-        return {"format": FORMAT, "llama_cpp": llama_cpp.__version__}
+        return {"format": FORMAT, "llama_cpp": llama_cpp.__version__, "engine": engine_fingerprint()}
 
     def put(self, kind: str, key: str, entry: dict[str, Any]) -> None:
         with self._lock:

@@ -4,6 +4,8 @@ failure that names the command recording it — never a made-up answer."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import threading
 import time
 from pathlib import Path
@@ -81,3 +83,11 @@ def test_what_was_not_recorded_fails_and_names_the_command(tmp_path: Path, user_
     with pytest.raises(cassettes.NotRecorded, match="python tests/recorded.py"):
         empty.opener(real_open)(config)
     assert empty.misses
+
+
+def test_a_cassette_recorded_under_another_engine_is_not_played(tmp_path: Path):
+    path = tmp_path / "old.json.gz"
+    header = cassettes.Cassette.header() | {"engine": "an earlier engine"}
+    path.write_bytes(gzip.compress(json.dumps({"header": header, "calls": {"open x": [{"facts": {}}]}}).encode()))
+    stale = cassettes.Cassette(path, "play")
+    assert stale.misses and "an earlier engine" in stale.misses[0] and not stale.calls
