@@ -14,11 +14,13 @@ fails rather than play what the engine no longer does.
 
 A cassette's entries are keyed by what decides them: a reply by the configuration (its models' names and sizes, never
 their paths or threads), the conversation before it with its token ids, the message, the budget and ``top`` — so a
-played reply also proves the front end handed the backend the conversation the real one was handed. A key the
-cassette lacks fails the test, naming the command that records it. A reply the test cuts (Esc, Ctrl+C, quitting) is
-held, when recorded and when played alike, after the step that brings it to ``holds[message]`` tokens, until the
-front end stops it: the cut falls on the same token both times. A played reply waits ``pace`` seconds after each
-step, so it streams over several frames, as a real one does.
+played reply also proves the front end handed the backend the conversation the real one was handed (not which stored
+chat it is in, nor the stored chats it drafts from: what is private stays tested on the real engine, tests/chats/
+test_suffix.py). A key the cassette lacks, or asked for more often than recorded, fails the test, naming the command
+that records it. A reply the test cuts (Esc, Ctrl+C, quitting) is held, when recorded and when played alike, after
+the step that brings it to ``holds[message]`` tokens, until the front end stops it (one that never does fails the
+test): the cut falls on the same token both times. A played reply waits ``pace`` seconds after each step, so it
+streams over several frames, as a real one does.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ def facts_of(backend: LocalBackend) -> dict[str, Any]:
             "files": sorted(backend.model_files())}
 
 
-def error_row(exc: SpecchatError) -> dict[str, Any]:
+def error_row(exc: Exception) -> dict[str, Any]:
     args = [list(a) if isinstance(a, tuple) else a if isinstance(a, str | int | float | None) else None
             for a in exc.args]
     return {"class": f"{type(exc).__module__}:{type(exc).__qualname__}", "args": args}
@@ -138,28 +140,33 @@ def error_of(row: dict[str, Any]) -> Exception:
 
 @functools.cache
 def engine_fingerprint() -> str:
-    """The code whose events a cassette holds — the engine, the in-process backend, the events' encoding — as its
-    syntax trees without docstrings: a change to what it does makes every cassette stale (recorded again, not played
-    as if the engine had not changed); a comment or a docstring does not."""
+    """The code whose events and facts a cassette holds — the engine, the in-process backend and what it reports, the
+    events' encoding, the errors — as its source lines without docstrings, comment lines and blank lines: a change to
+    what it does makes every cassette stale (recorded again, not played as if the engine had not changed); a comment
+    or a docstring does not, nor the Python version reading it."""
     package = Path(specchat.__file__).parent
     files = [*sorted((package / "engine").rglob("*.py")), package / "backends" / "local.py",
-             package / "chats" / "trace.py"]
+             package / "backends" / "offload.py", package / "chats" / "trace.py", package / "errors.py"]
     hashed = hashlib.sha256()
     for file in files:
-        tree = ast.parse(file.read_text())
-        for node in ast.walk(tree):
+        source = file.read_text()
+        docstrings = set()
+        for node in ast.walk(ast.parse(source)):
             body = getattr(node, "body", None)
             if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
                     and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-        hashed.update(file.relative_to(package).as_posix().encode() + ast.dump(tree).encode())
+                docstrings.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+        kept = [line.strip() for number, line in enumerate(source.splitlines(), 1)
+                if number not in docstrings and line.strip() and not line.strip().startswith("#")]
+        hashed.update(file.relative_to(package).as_posix().encode() + "\n".join(kept).encode())
     return hashed.hexdigest()[:16]
 
 
 # -- the cassette -----------------------------------------------------------------------------------------------------
 
 class Cassette:
-    """One test's recorded calls, each kind and key a list taken in order (the last one again when it runs out)."""
+    """One test's recorded calls, each kind and key a list taken in order, each entry once: a front end that asks
+    more often than the recorded one did (another load, another plain run) is a miss."""
 
     def __init__(self, path: Path, mode: str, holds: dict[str, int] | None = None, pace: float = PACE_S) -> None:
         self.path, self.mode, self.holds, self.pace = path, mode, holds or {}, pace
@@ -185,15 +192,21 @@ class Cassette:
     def take(self, kind: str, key: str, what: str) -> dict[str, Any]:
         name = f"{kind} {key}"
         with self._lock:
-            entries = self.calls.get(name)
-            if not entries:
-                self.misses.append(f"no {kind} recorded for {what}")
-                raise NotRecorded(f"{self.path.name} has no {kind} for {what} — record it: {RECORD_COMMAND}")
+            entries = self.calls.get(name, [])
             taken = self._taken.get(name, 0)
+            if taken >= len(entries):
+                more = f"call {taken + 1} of " if entries else ""
+                self.misses.append(f"no {more}{kind} recorded for {what}")
+                raise NotRecorded(f"{self.path.name} has no {more}{kind} for {what} (recorded {len(entries)}) — "
+                                  f"record it: {RECORD_COMMAND}")
             self._taken[name] = taken + 1
-            return entries[min(taken, len(entries) - 1)]
+            return entries[taken]
 
     def save(self) -> None:
+        """Written whole; nothing when the in-process backend was never opened (a kind the test runs for real)."""
+        if not self.calls:
+            self.path.unlink(missing_ok=True)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = json.dumps({"header": self.header(), "calls": self.calls}, sort_keys=True, separators=(",", ":"))
         self.path.write_bytes(gzip.compress(data.encode(), mtime=0))
@@ -218,10 +231,11 @@ class Cassette:
         return open_recorded
 
 
-def held(events: Iterator[Event], hold: int | None, should_stop: Callable[[], bool],
-         pace: float) -> Iterator[Event]:
+def held(events: Iterator[Event], hold: int | None, should_stop: Callable[[], bool], pace: float,
+         misses: list[str]) -> Iterator[Event]:
     """``events`` handed on; after the step that brings the reply to ``hold`` tokens, nothing more until the front end
-    stops it (the engine, asked for its next event, then ends the reply as cancelled)."""
+    stops it (the engine, asked for its next event, then ends the reply as cancelled). A front end that never stops it
+    is a miss: the recorded reply's cut is not one it made."""
     tokens = 0
     for event in events:
         yield event
@@ -231,7 +245,10 @@ def held(events: Iterator[Event], hold: int | None, should_stop: Callable[[], bo
             if hold is not None and tokens >= hold:
                 hold = None
                 deadline = time.monotonic() + HOLD_S
-                while not should_stop() and time.monotonic() < deadline:
+                while not should_stop():
+                    if time.monotonic() > deadline:
+                        misses.append(f"a reply held after {tokens} tokens was never stopped by the front end")
+                        break
                     time.sleep(0.01)
             elif pace:
                 time.sleep(pace)
@@ -263,10 +280,10 @@ class Recorder:
 
         def recorded() -> Iterator[Event]:
             try:
-                for event in held(events, self.cassette.holds.get(text), should_stop, 0.0):
+                for event in held(events, self.cassette.holds.get(text), should_stop, 0.0, self.cassette.misses):
                     rows.append(trace.row_of(event))
                     yield event
-            except SpecchatError as exc:
+            except Exception as exc:  # any failure, as the front end met it (an Exchange makes it one line)
                 entry["error"] = error_row(exc)
                 raise
             finally:
@@ -312,6 +329,7 @@ class RecordedBackend:
         self.config, self._cassette, self._facts = config, cassette, facts
         self.messages: list[Message] = []  # the conversation as handed to the last reply, that reply included
         self.closed = False
+        self._playing = False  # a reply's events are still being handed out: the real engine is mid-step
 
     @property
     def target_id(self) -> str:
@@ -344,9 +362,10 @@ class RecordedBackend:
 
         def played() -> Iterator[Event]:
             cut = False
+            self._playing = True
             try:
                 for event in held(trace.events_of(entry["rows"]), self._cassette.holds.get(text), should_stop,
-                                  self._cassette.pace):
+                                  self._cassette.pace, self._cassette.misses):
                     cut = cut or isinstance(event, StepVerified) and should_stop()
                     if isinstance(event, ReplyFinished) and cut and event.finish_reason != "cancelled":
                         self._cassette.misses.append(f"the reply to {text[:40]!r} was cut where its recording was "
@@ -359,6 +378,7 @@ class RecordedBackend:
                 if "error" in entry:
                     raise error_of(entry["error"])
             finally:
+                self._playing = False
                 self._facts = entry["facts"]
         return played()
 
@@ -399,4 +419,8 @@ class RecordedBackend:
         """As ``learn_stored_chats``: what it forgot is in the recorded replies."""
 
     def close(self) -> None:
+        """The real one frees the models: under a reply still decoding, that is a crash (exit 139)."""
+        if self._playing:
+            self._cassette.misses.append("closed while a reply was still playing: the real backend would have freed "
+                                         "its models under a decoding step")
         self.closed = True

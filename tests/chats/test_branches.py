@@ -61,7 +61,6 @@ def answer(controller, exchange):
     return controller.session.last_reply
 
 
-@pytest.mark.recorded
 def test_regenerate_keeps_the_old_answer_as_a_version(controller, plain):
     first = ask(controller, FIRST)
     again = answer(controller, controller.regenerate())

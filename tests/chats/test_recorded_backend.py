@@ -1,5 +1,5 @@
 """The recorded backend (tests/cassettes.py) the front ends' flow tests play: what it plays is what the real in-process
-backend did, event for event, a held reply is cut on the same token both times, and what it was not recorded for is a
+backend did, row for row of the trace's encoding (its floats rounded as stored), a held reply is cut on the same token both times, and what it was not recorded for is a
 failure that names the command recording it — never a made-up answer."""
 
 from __future__ import annotations
@@ -75,6 +75,33 @@ def test_a_played_reply_is_the_recorded_one_and_a_cut_falls_on_the_same_token(tm
     assert played.plain_reference() == reference
     assert played.speculation_state() == backend.speculation_state() and played.draft_length == backend.draft_length
     assert not playing.misses
+    with pytest.raises(cassettes.NotRecorded, match="call 2 of answer"):  # asked once more than the real one was
+        played.answer([], "Hello! Who are you?", max_tokens=24, top=5)
+
+
+def test_a_held_reply_nobody_stops_and_a_close_under_a_playing_reply_fail(tmp_path: Path, user_cache, monkeypatch):
+    config = run_config(load_profile("tiny"))
+    path = tmp_path / "cassette.json.gz"
+    recording = cassettes.Cassette(path, "record", holds={LONG: 8})
+    backend = recording.opener(real_open)(config)
+    try:
+        cut_late(lambda stop: backend.answer([], LONG, max_tokens=200, should_stop=stop, top=5))
+    finally:
+        backend.close()
+    recording.save()
+
+    monkeypatch.setattr(cassettes, "HOLD_S", 0.2)
+    unstopped = cassettes.Cassette(path, "play", holds={LONG: 8})
+    events = list(unstopped.opener(real_open)(config).answer([], LONG, max_tokens=200, top=5))
+    assert events[-1].finish_reason == "cancelled"  # what was recorded is played …
+    assert any("never stopped" in miss for miss in unstopped.misses)  # … and the test fails: nobody cut it here
+
+    closing = cassettes.Cassette(path, "play", holds={LONG: 8})
+    played = closing.opener(real_open)(config)
+    reply = played.answer([], LONG, max_tokens=200, should_stop=lambda: True, top=5)
+    next(reply)
+    played.close()
+    assert any("still playing" in miss for miss in closing.misses)
 
 
 def test_what_was_not_recorded_fails_and_names_the_command(tmp_path: Path, user_cache):

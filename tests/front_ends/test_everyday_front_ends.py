@@ -51,7 +51,6 @@ def versions_shown(app) -> list[str]:
     return found
 
 
-@pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
     settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
@@ -96,7 +95,6 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         assert texts(app.session)[0] == EDITED and versions_shown(app) == ["‹ 2/2 ›"] and app.selected == 0
 
 
-@pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 async def test_fork_delete_rename_and_search_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
     settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
