@@ -333,6 +333,24 @@ def test_the_advice_when_speculation_is_slower():
     assert advice(0.5, True, 0.6, load_profile("suffix-draft"), sizes).why.startswith("the draft (60 MB) costs")
 
 
+def test_the_advice_reads_the_profiles_once_per_profile_not_at_every_sidebar_refresh(monkeypatch):
+    """The sidebar asks for the advice at every frame of a reply (5 a second, on the UI thread), and listing and
+    parsing the profiles each time took 33 ms of it."""
+    from specchat.chats import advice as advising
+    from specchat.profiles import load_profile
+
+    tiny, sizes = load_profile("tiny"), {"target": 100_000_000, "draft": 60_000_000}
+    read: list[str] = []
+    listed = advising.available_profiles
+    monkeypatch.setattr(advising, "available_profiles", lambda: read.append("list") or listed())
+    monkeypatch.setattr(advising, "load_profile", lambda name: read.append(name) or load_profile(name))
+    for _ in range(5):
+        assert advising.advice(0.5, True, 0.9, tiny, sizes).suggestion == "ngram"
+    assert read == ["list", "ngram"]
+    assert advising.advice(0.5, True, 0.9, load_profile("tiny"), sizes).suggestion == "ngram"  # switched: read again
+    assert read == ["list", "ngram"] * 2
+
+
 @pytest.mark.recorded
 async def test_the_app_says_why_speculation_loses_and_one_key_switches(settings):
     from helpers import SIZE, ask as ask_in_app, ready, wait_until
