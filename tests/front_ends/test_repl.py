@@ -253,6 +253,20 @@ def test_the_terminal_closing_mid_reply_quits_with_the_partial_reply_saved_as_in
     assert (reply.content, reply.tokens, reply.finish_reason) == (kept.text, list(kept.tokens), kept.finish_reason)
 
 
+def said_waiting(repl) -> threading.Event:
+    """Set once the REPL says a message waits for the model: it then blocks on the load, where Ctrl+C withdraws it."""
+    said = threading.Event()
+    say = repl.say
+
+    def noting(line: str, *args, **kwargs) -> None:
+        if line.startswith("(waiting for the model to load"):
+            said.set()
+        say(line, *args, **kwargs)
+
+    repl.say = noting
+    return said
+
+
 @pytest.mark.recorded
 def test_a_message_typed_while_the_model_loads_waits_for_it_and_is_answered(repl_settings, user_cache, draft_path):
     """It was refused ("the model is still loading — try again"); a newcomer types at once."""
@@ -263,8 +277,8 @@ def test_a_message_typed_while_the_model_loads_waits_for_it_and_is_answered(repl
     embedded._deriving.acquire()  # here as long as the test needs (another thread holds the derivation)
     released = threading.Event()
 
-    def load_later(_repl) -> None:
-        time.sleep(2.0)
+    def load_later(repl) -> None:
+        said_waiting(repl).wait(60)  # the load ends once the message waits for it (not after a fixed 2 s)
         embedded._deriving.release()
         released.set()
 
@@ -288,8 +302,9 @@ def test_ctrl_c_withdraws_a_message_waiting_for_the_model(repl_settings, user_ca
     embedded._deriving.acquire()
     released = threading.Event()
 
-    def withdraw_then_load(_repl) -> None:
-        time.sleep(1.5)
+    def withdraw_then_load(repl) -> None:
+        said_waiting(repl).wait(60)  # (a fixed 1.5 s sent it before the message was typed, under load)
+        time.sleep(0.2)
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl+C while the message waits
         time.sleep(1.0)
         embedded._deriving.release()
