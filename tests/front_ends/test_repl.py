@@ -293,7 +293,6 @@ def test_a_message_typed_while_the_model_loads_waits_for_it_and_is_answered(repl
     assert [m.finish_reason for m in chat if m.role == "assistant"][0] in ("stop", "length", "loop")
 
 
-@pytest.mark.recorded
 def test_ctrl_c_withdraws_a_message_waiting_for_the_model(repl_settings, user_cache, draft_path):
     from specchat.profiles import embedded
 
