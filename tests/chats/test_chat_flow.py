@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import HELD_LONG_STORY, THREADS, Run, endless_profile, notices
+from helpers import HELD_LONG_STORY, LONG_STORY, THREADS, Run, endless_profile, notices
 from gguf_fixtures import write_variant
 from specchat.backends import open_backend
 from specchat.backends.run_config import BackendSettings, RunConfig
@@ -25,7 +25,7 @@ from specchat.errors import SpecchatError
 from specchat.telemetry.live import LiveTelemetry
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
-LONG = "Write a very long story about a dragon and a knight."
+LONG = LONG_STORY  # the prompt HELD_LONG_STORY holds where a recorded test cuts it
 
 
 def long_prompt(words: int = 500) -> str:

@@ -18,8 +18,8 @@ from specchat.engine.events import ReplyFinished, TokenEmitted
 from specchat.profiles import load_profile, run_config
 
 import cassettes
+from helpers import LONG_STORY as LONG
 
-LONG = "Write a very long story about a dragon and a knight."
 
 
 def real_open(config, stored=None):
