@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -120,13 +121,23 @@ def cheap_verify(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(paths, "verify_costs_file", lambda: tmp_path / "gpu-like-costs.json")
 
 
+def shared_copy(source: Path, copy: Path) -> None:
+    """A hard link to ``source`` where the file system allows one, else a copy. The draft is tens of MB and some 300
+    tests take a user cache: copied each time, their folders filled CI's disk before the run ended. Only the GGUF is
+    shared: no test writes into the draft it was given (a first start unlinks it and derives a new file)."""
+    try:
+        os.link(source, copy)
+    except OSError:
+        shutil.copy(source, copy)
+
+
 @pytest.fixture
 def user_cache(tmp_path, draft_path, measured_costs) -> Iterator[Path]:
     """The isolated user cache with the session's embedded draft in it (instead of deriving it again)."""
     cache = tmp_path / "home" / ".cache" / "specchat"
     cache.mkdir(parents=True)
     for f in draft_path.parent.glob(draft_path.name + "*"):
-        shutil.copy(f, cache / f.name)
+        (shared_copy if f.suffix == ".gguf" else shutil.copy)(f, cache / f.name)
     for f in (measured_costs, REAL_CACHE / "cpu-probe.json"):
         if f.is_file():
             shutil.copy(f, cache / f.name)

@@ -163,6 +163,21 @@ async def wait_until(pilot, condition, timeout: float = 60.0) -> None:
         await pilot.pause(0.05)
 
 
+async def at_rest(pilot, widget, timeout: float = 30.0) -> None:
+    """Wait until ``widget`` stays where it is on screen for three frames in a row: a reply's last frame re-renders it
+    (markdown) and the anchored chat scrolls after it, and a drag or click that straddles that move lands elsewhere."""
+    deadline = time.monotonic() + timeout
+    seen, still = None, 0
+    while still < 3:
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the widget to stop moving")
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.05)
+        region = (widget.region, widget.virtual_size)
+        still = still + 1 if region == seen else 0
+        seen = region
+
+
 async def ready(pilot) -> SpecchatApp:
     app = pilot.app
     await wait_until(pilot, lambda: app.backend is not None and app.busy is None)

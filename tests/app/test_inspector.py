@@ -248,7 +248,7 @@ def test_an_old_reply_without_a_trace_says_so():
 @pytest.mark.recorded
 @pytest.mark.parametrize("kind", KINDS)
 async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings, llama_server, servers):
-    from helpers import SIZE, ask as ask_in_app, wait_until
+    from helpers import SIZE, ask as ask_in_app, at_rest, wait_until
 
     from specchat.app.chat_app import make_app
     from specchat.app.replay_screen import ReplayScreen
@@ -285,6 +285,7 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
         await pilot.pause()
         assert not inspector.display and view.marks == {} and app.busy is None
 
+        await at_rest(pilot, view.query_one(ProvenanceLines))
         await pilot.click(view.query_one(ProvenanceLines), offset=(0, 0))  # the reply's first token
         await wait_until(pilot, lambda: inspector.display)
         assert inspector.view is view and inspector.index == 0

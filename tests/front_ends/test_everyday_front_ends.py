@@ -18,7 +18,7 @@ from specchat.chats.session import ChatSession
 from specchat.chats.store import Store
 from specchat.engine import Message
 from specchat.repl.shell import ReplSettings
-from helpers import ask, CTRL_D, notices, plain_text, ready, run_repl, SIZE, wait_until
+from helpers import ask, at_rest, CTRL_D, notices, plain_text, ready, run_repl, SIZE, wait_until
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
 KINDS = ("in-process", "managed")
@@ -201,6 +201,7 @@ async def test_any_span_of_a_reply_can_be_selected_and_copied(settings):
         app = await ready(pilot)
         view = await ask(pilot, "Name two planets.")
         body = view.body
+        await at_rest(pilot, body)
         first_line = body._lines[0].plain
         await pilot.mouse_down(body, offset=(2, 0))
         await pilot.hover(body, offset=(9, 0))
