@@ -419,9 +419,10 @@ def test_a_picked_draft_and_the_draft_length_keep_what_the_user_did_not_change(t
 
 
 async def test_the_default_profile_runs_as_its_copies_here_and_a_draft_model_is_one_key_away(settings):
-    """``specchat`` with no profile: "suffix+draft" with "auto", which on this CPU keeps the embedded draft model off
-    (even a draft always right could not pay here), so nothing is guessed; Alt+2 (a favourite until the settings file lists its
-    own) switches to tiny, whose draft model drafts — and the same prompt answered again there is the same reply."""
+    """``specchat`` with no profile: "suffix+draft" with "auto", which keeps the embedded draft model off where even
+    a draft always right could not pay (a 2-core CPU), so nothing is guessed; Alt+2 (a favourite until the settings
+    file lists its own) switches to tiny, whose draft model drafts — and the same prompt answered again there is the
+    same reply."""
     from helpers import SIZE, ask, ready, wait_until
 
     from specchat.app.chat_app import make_app
@@ -434,7 +435,13 @@ async def test_the_default_profile_runs_as_its_copies_here_and_a_draft_model_is_
         app = await ready(pilot)
         assert app.profile.name == "suffix-draft" and app.controller.facts.method == "suffix+draft"
         first = await ask(pilot, "Name three rivers in Europe.")
-        assert DraftSource.MODEL not in app.controller.telemetry.drafted_from
+        # Whether the draft model can pay is this machine's measurement (its verify costs and the draft's): where even
+        # a draft always right could not (a 2-core CPU whose AMX does not run), the draft model never drafts; where
+        # the costs leave hope, "auto" probes it now and then (engine/draft_length/policies.py, tested there).
+        policy = app.controller.backend.engine.speculation.length.acceptance
+        print("the draft model's ceiling:", policy.ceiling, dict(app.controller.telemetry.drafted_from))
+        if policy.hopeless:
+            assert DraftSource.MODEL not in app.controller.telemetry.drafted_from
         await pilot.press("alt+2")
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "tiny")
         await pilot.press("ctrl+r")

@@ -171,6 +171,11 @@ def test_fit_verdicts_by_hand():
     assert tiny_ram.verdicts()[1].startswith("RISK: 5.4 GB offloaded to RAM exceeds the ~2 GB free of 8 GB RAM")
     partial = FitReport([dataclasses.replace(target, share=0.5), draft], vram=12 * GB, ram=16 * GB, margin=2 * GB)
     assert partial.on_cpu == pytest.approx((5.03 + 0.604) / 2 * GB)
+    # An AMX CPU's repacked copy counts for the half on the CPU only; the GPU's half is as before.
+    repacking = FitReport([dataclasses.replace(target, share=0.5, repacked=5.03 * GB), draft], vram=12 * GB,
+                          ram=16 * GB, margin=2 * GB)
+    assert repacking.on_cpu == pytest.approx((5.03 + 0.604 + 5.03) / 2 * GB)
+    assert repacking.on_gpu == partial.on_gpu
 
 
 def test_check_command_passes_for_the_bundled_pair_and_names_failing_rules(tmp_path, target_path):

@@ -5,7 +5,11 @@ Weights are the file sizes; the KV cache is 2 (K and V) × layers × KV heads ×
 from the architecture metadata, as llama.cpp allocates it: cells are n_ctx rounded up to 256, and a sliding-window
 layer (Gemma's) caches only its window where llama-server runs it (``swa_full`` off), every cell in-process
 (llama-cpp-python's default). Layers kept on the CPU (n_gpu_layers) are counted against RAM instead of VRAM. Checked
-against llama.cpp's own logged buffer sizes for both bundled models (tests/profiles/test_memory_plan.py).
+against llama.cpp's own logged buffer sizes for both bundled models (tests/profiles/test_memory_plan.py). On a CPU
+whose llama.cpp multiplies with AMX tiles (where they run: engine/cpu_probe.py), the CPU's share of the weights is
+counted twice: llama.cpp keeps a repacked copy of every weight it multiplies beside the mapped file, planned as the
+file's size again (measured: 1.02× the file's size for SmolLM2's Q4_1, 0.89× for Gemma 3's Q4_K_M, whose Q5_0
+tensors AMX leaves alone).
 """
 
 from __future__ import annotations
@@ -85,6 +89,12 @@ class Footprint:
     kv: float | None  # bytes at the profile's n_ctx; None without the file's header
     share: float  # fraction on the GPU
     note: str = ""
+    repacked: float = 0.0  # bytes: a repacked copy of the weights the CPU backend keeps (AMX), for the CPU's share
+
+    @property
+    def in_ram(self) -> float:
+        """What the CPU's share of this model holds in RAM."""
+        return (self.total + self.repacked) * (1 - self.share)
 
     @property
     def total(self) -> float:
@@ -104,7 +114,7 @@ class FitReport:
 
     @property
     def on_cpu(self) -> float:
-        return sum(m.total * (1 - m.share) for m in self.models)
+        return sum(m.in_ram for m in self.models)
 
     @property
     def uses_gpu(self) -> bool:

@@ -5,11 +5,15 @@ weights (GGUF headers only)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 
+import llama_cpp
+
 from ..backends.offload import LlamaBuild, cpu_only_warning, in_process_build
 from ..backends.server_build import find_server, server_build_info
+from ..engine.cpu_probe import extra_buffers_work
 from ..engine.gguf_header import read_metadata
 from ..errors import SpecchatError
 from ..telemetry.memory import GpuMemory, GpuUnavailable, gpu_memory
@@ -87,6 +91,20 @@ def planned_models(profile: Profile) -> list[PlannedModel]:
     return pair
 
 
+def system_info() -> str:
+    """llama.cpp's system-info line for the llama-cpp-python this process loads: its backends and CPU features."""
+    info = llama_cpp.llama_print_system_info()
+    return info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
+
+
+@functools.cache
+def cpu_repacks_weights() -> bool:
+    """This CPU's llama.cpp multiplies with AMX tiles, so it keeps a repacked copy of the weights it multiplies ("AMX
+    model buffer") beside the mapped file — unless this machine's AMX does not run (``extra_buffers_work``), when
+    every model loads without it. A llama-server specchat starts follows the same verdict (``--no-repack``)."""
+    return "AMX_INT8 = 1" in system_info() and extra_buffers_work()
+
+
 def build_of(profile: Profile) -> LlamaBuild | None:
     """The llama.cpp build that would run ``profile``: this process's, or the llama-server specchat would start
     (None for a remote server, or a llama-server not found)."""
@@ -101,21 +119,26 @@ def build_of(profile: Profile) -> LlamaBuild | None:
         return None
 
 
-def footprint(m: PlannedModel, profile: Profile, offloads: bool) -> Footprint:
+def footprint(m: PlannedModel, profile: Profile, offloads: bool, local: bool) -> Footprint:
+    """``local``: the build runs on this machine's CPU (in-process, or a llama-server specchat starts), whose repacked
+    copy of the weights (AMX) is counted for the CPU's share."""
     layers = profile.n_gpu_layers(m.role) if offloads else 0
-    asked = "" if offloads or not profile.n_gpu_layers(m.role) else "GPU asked; CPU-only build"
-    # A llama-server keeps a sliding-window layer's window only; llama-cpp-python every cell (fit.kv_cache_bytes).
-    swa_full = profile.backend_kind.runs_engine
+    notes = ["GPU asked; CPU-only build"] if not offloads and profile.n_gpu_layers(m.role) else []
     if m.meta is None:
         expected = profile.expected_size_gb(m.role)
-        note = "file absent" + (", size from expected_size_gb" if expected else "")
-        return Footprint(m.role, m.located.reference, expected * GB if expected else None, None,
-                         gpu_share(layers, None), ", ".join(filter(None, (note, asked))))
-    arch = m.meta.get("general.architecture")
-    kv = float(kv_cache_bytes(m.meta, profile.n_ctx, profile.kv_cache if m.role == "target" else "f16",
-                              swa_full=swa_full))
-    return Footprint(m.role, m.located.path.name, float(m.meta["gguf.file_size"]), kv,
-                     gpu_share(layers, m.meta.get(f"{arch}.block_count")), asked)
+        notes.insert(0, "file absent" + (", size from expected_size_gb" if expected else ""))
+        name, size, kv, share = m.located.reference, expected * GB if expected else None, None, gpu_share(layers, None)
+    else:
+        arch = m.meta.get("general.architecture")
+        # A llama-server keeps a sliding-window layer's window only; llama-cpp-python every cell (fit.kv_cache_bytes).
+        kv = float(kv_cache_bytes(m.meta, profile.n_ctx, profile.kv_cache if m.role == "target" else "f16",
+                                  swa_full=profile.backend_kind.runs_engine))
+        name, size = m.located.path.name, float(m.meta["gguf.file_size"])
+        share = gpu_share(layers, m.meta.get(f"{arch}.block_count"))
+    repacked = size if size and local and share < 1 and cpu_repacks_weights() else 0.0
+    if repacked:
+        notes.append("+ its AMX repacked copy in RAM")
+    return Footprint(m.role, name, size, kv, share, ", ".join(notes), repacked or 0.0)
 
 
 def plan(profile: Profile, vram_gb: float | None = None, ram_gb: float | None = None,
@@ -134,10 +157,11 @@ def plan(profile: Profile, vram_gb: float | None = None, ram_gb: float | None = 
     pair = planned_models(profile)
     note = cpu_only_warning({m.role: profile.n_gpu_layers(m.role) for m in pair}, build, gpu) if build else ""
     ram = (ram_gb * GB) if ram_gb is not None else ram_bytes()
-    report = FitReport([footprint(m, profile, not note) for m in pair], vram, ram, margin_gb * GB)
+    local = profile.backend_kind.runs_engine or profile.backend_kind.starts_process
+    report = FitReport([footprint(m, profile, not note, local) for m in pair], vram, ram, margin_gb * GB)
     if not note:
         return MemoryPlan(pair, report, source, build, note, changes(report, profile))
-    offloaded = FitReport([footprint(m, profile, True) for m in pair], vram, ram, margin_gb * GB)
+    offloaded = FitReport([footprint(m, profile, True, local) for m in pair], vram, ram, margin_gb * GB)
     return MemoryPlan(pair, report, source, build, note, changes(offloaded, profile), offloaded)
 
 
