@@ -32,7 +32,7 @@ HERE = Path(__file__).parent
 
 def worker(profile: str, tasks_file: Path, task_name: str, replies: int) -> None:
     """In this process: ``replies`` spec replies to the task, each after a plain one; prints their speed-ups."""
-    from specchat.bench.runners import task_history
+    from specchat.bench.runners import conversation_before
     from specchat.bench.tasks import load_tasks
     from specchat.engine import ReplyFinished
     from specchat.engine.core import Engine
@@ -45,7 +45,7 @@ def worker(profile: str, tasks_file: Path, task_name: str, replies: int) -> None
 
     def decode_seconds(engine: Engine) -> tuple[float, list[int], dict]:
         engine.clear_cache(replies=True)
-        engine.restore(task_history(engine.config, task))
+        engine.restore(conversation_before(engine.config, task))
         finished = [e for e in engine.reply(task.prompt, max_tokens=task.max_tokens) if isinstance(e, ReplyFinished)]
         stats = finished[0].stats
         return stats.t_total - stats.t_prefill, list(engine.tokens), {"drafted": stats.drafted,

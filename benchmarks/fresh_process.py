@@ -40,7 +40,7 @@ GOAL_FREE, GOAL_COPY = 0.97, 0.85
 
 
 def tasks_for(args: argparse.Namespace) -> list[Task]:
-    held_out = [t for t in load_tasks(HERE / "held_out_tasks.toml")[0] if not t.history]
+    held_out = [t for t in load_tasks(HERE / "held_out_tasks.toml")[0] if not t.earlier]
     questions, _ = read_questions(suite_path())
     chosen = select(questions, Selection(per=args.per, seed=args.seed,
                                          categories=tuple(filter(None, args.categories.split(",")))))

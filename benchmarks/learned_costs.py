@@ -33,7 +33,7 @@ BUSY = "while True: pass"
 
 
 def worker(args: argparse.Namespace) -> None:
-    from specchat.bench.runners import task_history
+    from specchat.bench.runners import conversation_before
     from specchat.bench.tasks import load_tasks
     from specchat.engine import ReplyFinished
     from specchat.engine.core import Engine
@@ -51,7 +51,7 @@ def worker(args: argparse.Namespace) -> None:
 
     def answer(engine: Engine) -> tuple[float, list[int], int]:
         engine.clear_cache(replies=True)
-        engine.restore(task_history(engine.config, task))
+        engine.restore(conversation_before(engine.config, task))
         done = [e for e in engine.reply(task.prompt, max_tokens=task.max_tokens) if isinstance(e, ReplyFinished)][0]
         return done.stats.t_total - done.stats.t_prefill, list(engine.tokens), done.stats.steps
 

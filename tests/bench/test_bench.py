@@ -29,7 +29,7 @@ prompt = "Repeat exactly: alpha beta gamma delta epsilon zeta eta theta."
 name = "chat"
 max_tokens = 32
 prompt = "Write a short welcome note for the team."
-history = [
+earlier = [
   { role = "user", content = "We are the night shift." },
   { role = "assistant", content = "Nice to meet you, night shift!" },
 ]
@@ -80,7 +80,7 @@ def test_bench_without_peers(tmp_path, task_file):
     assert "[1/2] copy" in result.stderr and "run 1/1" in result.stderr  # progress while it runs
     assert "specchat draft" in result.stdout and "decode tok/s" in result.stdout
     assert plot.read_text().lstrip().startswith("<?xml") and "<svg" in plot.read_text()
-    # The chat task carried its history: its prompt is longer than the copy task's.
+    # The chat task carried its earlier turns: its prompt is longer than the copy task's.
     prefill = {r["task"]: r["extra"]["prefill_tokens"] for r in report["runs"] if r["rep"] == 0}
     assert prefill["chat"] > prefill["copy"] - 10
 
@@ -111,6 +111,19 @@ def test_malformed_task_is_skipped_with_one_line(tmp_path, task_file):
     assert "skipped:" in result.stderr and "task bad: max_tokens must be an integer ≥ 1, got -4" in result.stderr
     assert {r["task"] for r in report["summary"]} == {"copy", "chat"}
     assert any("task bad" in e for e in report["errors"])
+
+
+def test_a_task_written_with_history_names_the_key_it_is_now(tmp_path, task_file):
+    """"history" names the stored chats (``--history``); a task's turns before its prompt are ``earlier``."""
+    from specchat.bench.tasks import load_tasks
+
+    path = tmp_path / "old.toml"
+    path.write_text(TWO_TASKS.replace("earlier = [", "history = ["))
+    tasks, problems = load_tasks(path)
+    assert [t.name for t in tasks] == ["copy"] and len(problems) == 1
+    assert problems[0].endswith("task chat: 'history' is called 'earlier' now (the turns before the prompt) — rename the"
+                                " key"), problems
+    assert [m.role for m in load_tasks(task_file)[0][1].earlier] == ["user", "assistant"]
 
 
 @pytest.mark.parametrize(("binary", "message"), [("/nonexistent/llama-server", "not found"), ("/bin/false", "exited at start (code 1)")])

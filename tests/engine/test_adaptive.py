@@ -64,7 +64,7 @@ def test_copies_of_stored_chats_learn_apart_from_copies_of_the_conversation(tmp_
     conversation = Draft(list(range(64)), match=30, from_text=True)
     recalled = Draft(list(range(64)), match=30, from_text=True, origin=stored)
     assert auto.copy_length(conversation) <= 2
-    assert auto.copy_length(recalled) >= 8 and auto.k == auto.copy_length(recalled)
+    assert auto.copy_length(recalled) >= 8 and auto.in_use == auto.copy_length(recalled)
     long = list(auto.hazards.edges).index(32)  # the class of effective matches 32 to 63
     assert auto.hazards.hazards()[long] > 0.3  # the conversation's misses stayed its own
     right, wrong = auto.recalled.evidence[long]

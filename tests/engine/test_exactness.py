@@ -129,7 +129,7 @@ def test_long_ngram_drafts_equal_plain_decoding_on_every_bench_task(bench_tasks,
     for task in bench_tasks:
         outputs = {}
         for name, engine in engines.items():
-            engine.restore(engine.messages[:1] + list(task.history))
+            engine.restore(engine.messages[:1] + list(task.earlier))
             r = run(engine, task.prompt, max_tokens=task.max_tokens)
             check_accounting(r)
             outputs[name] = r.ids

@@ -84,10 +84,10 @@ def combine_turns(runner: str, task: str, rep: int, turns: list[RunResult], *, s
     )
 
 
-def task_history(config: RunConfig, task: Task) -> list[Message]:
+def conversation_before(config: RunConfig, task: Task) -> list[Message]:
     """The conversation a task continues: the profile's system prompt, then the task's own earlier turns."""
     system = config.system_prompt
-    return ([Message("system", system)] if system else []) + list(task.history)
+    return ([Message("system", system)] if system else []) + list(task.earlier)
 
 
 def _vram(pid: int | None = None) -> int | None:
@@ -112,23 +112,23 @@ class BackendRunner:
         try:
             backend.apply(self.config)
             backend.clear_cache(replies=not self.warm)
-            history = task_history(self.config, task)
+            earlier = conversation_before(self.config, task)
             turns = []
             for prompt in task.turns():
-                turn = self._turn(history, prompt, task.max_tokens)
+                turn = self._turn(earlier, prompt, task.max_tokens)
                 turns.append(turn)
                 # The next turn follows this runner's own reply, as Spec-Bench runs MT-bench's second turn.
-                history += [Message("user", prompt), Message("assistant", turn.text, turn.tokens,
+                earlier += [Message("user", prompt), Message("assistant", turn.text, turn.tokens,
                                                              str(turn.extra.get("finish_reason")))]
         except SpecchatError as exc:
             raise PeerError(f"{self.label} failed on task {task.name}: {exc}") from None
         return combine_turns(self.label, task.name, rep, turns, spec=self.config.spec.method != "none",
                              pid=backend.pid)
 
-    def _turn(self, history: list[Message], prompt: str, max_tokens: int) -> RunResult:
+    def _turn(self, earlier: list[Message], prompt: str, max_tokens: int) -> RunResult:
         tokens: list[int] = []
         finished: ReplyFinished | None = None
-        for event in self.backend.answer(history, prompt, max_tokens=max_tokens):
+        for event in self.backend.answer(earlier, prompt, max_tokens=max_tokens):
             if isinstance(event, TokenEmitted):
                 tokens.append(event.token)
             elif isinstance(event, ReplyFinished):

@@ -39,7 +39,7 @@ def save_as_chats(db: Path, tasks: list[Task], runs: list[RunResult], *, profile
             run = last.get(task.name)
             if run is None or run.tokens is None:
                 continue  # the task failed: nothing to keep
-            messages = [StoredMessage(m.role, m.content) for m in task.history]
+            messages = [StoredMessage(m.role, m.content) for m in task.earlier]
             at = 0
             for prompt, text, count, finish in zip(task.turns(), run.extra["text_turns"], run.extra["generated_turns"],
                                                    run.extra["finish_turns"]):

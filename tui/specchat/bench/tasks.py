@@ -13,7 +13,8 @@ from ..errors import ConfigError
 
 BUNDLED_TASKS = Path(__file__).with_name("tasks.toml")
 ROLES = ("system", "user", "assistant")
-KEYS = {"name", "kind", "prompt", "history", "max_tokens", "copy_heavy"}
+KEYS = {"name", "kind", "prompt", "earlier", "max_tokens", "copy_heavy"}
+RENAMED = {"history": "earlier"}  # the turns before the prompt: "history" names the stored chats
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Task:
     kind: str = ""
     max_tokens: int = 128
     copy_heavy: bool = False
-    history: tuple[Message, ...] = field(default_factory=tuple)
+    earlier: tuple[Message, ...] = field(default_factory=tuple)  # the turns before the prompt
     # Spec-Bench's: the category a question is reported under, and the user turns after the first (MT-bench's second
     # turn), each asked after the runner's own reply to the turn before, as Spec-Bench runs them.
     category: str = ""
@@ -40,6 +41,10 @@ def _task(index: int, raw: object, label: str) -> Task:
         raise ConfigError(f"{where} is not a table — write it as [[task]]")
     where = f"{label}: task {raw.get('name', index + 1)!s}"
     unknown = set(raw) - KEYS
+    renamed = sorted(unknown & set(RENAMED))
+    if renamed:
+        raise ConfigError(f"{where}: {renamed[0]!r} is called {RENAMED[renamed[0]]!r} now (the turns before the prompt)"
+                          " — rename the key")
     if unknown:
         raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} — expected {', '.join(sorted(KEYS))}")
     if not isinstance(raw.get("name"), str) or not raw["name"]:
@@ -52,12 +57,12 @@ def _task(index: int, raw: object, label: str) -> Task:
     copy_heavy = raw.get("copy_heavy", False)
     if not isinstance(copy_heavy, bool):
         raise ConfigError(f"{where}: copy_heavy must be true or false")
-    history = []
-    for turn in raw.get("history", []):
+    earlier = []
+    for turn in raw.get("earlier", []):
         if not isinstance(turn, dict) or turn.get("role") not in ROLES or not isinstance(turn.get("content"), str):
-            raise ConfigError(f"{where}: each history entry needs role ({'/'.join(ROLES)}) and content")
-        history.append(Message(turn["role"], turn["content"]))
-    return Task(raw["name"], raw["prompt"], str(raw.get("kind", "")), max_tokens, copy_heavy, tuple(history))
+            raise ConfigError(f"{where}: each earlier turn needs role ({'/'.join(ROLES)}) and content")
+        earlier.append(Message(turn["role"], turn["content"]))
+    return Task(raw["name"], raw["prompt"], str(raw.get("kind", "")), max_tokens, copy_heavy, tuple(earlier))
 
 
 def load_tasks(path: Path | None = None) -> tuple[list[Task], list[str]]:

@@ -174,29 +174,29 @@ class TokenWindow:
         """The tokens to answer ``user`` with; when ``reserve`` tokens of reply do not fit, the oldest turns go (see
         ``FREED_ON_TRIM``).
 
-        Returns the tokens, their text, the history kept (without ``user``) and what was dropped, if anything.
+        Returns the tokens, their text, the messages kept (without ``user``) and what was dropped, if anything.
         """
-        history = self.messages + [user]
-        tokens, rendered = self.extend(self.tokens, self.rendered, history)
+        messages = self.messages + [user]
+        tokens, rendered = self.extend(self.tokens, self.rendered, messages)
         before = len(tokens)
         dropped = 0
         limit = n_ctx if len(tokens) + reserve <= n_ctx else int(n_ctx * (1 - FREED_ON_TRIM))
         while len(tokens) + reserve > limit:
-            keep_from = next((i for i, m in enumerate(history) if m.role != "system"), 0)
-            turn_end = next((i for i in range(keep_from + 1, len(history)) if history[i].role == "user"), None)
+            keep_from = next((i for i, m in enumerate(messages) if m.role != "system"), 0)
+            turn_end = next((i for i in range(keep_from + 1, len(messages)) if messages[i].role == "user"), None)
             if turn_end is None:
                 break  # only the system prompt and this message are left
             dropped += turn_end - keep_from
-            history = history[:keep_from] + history[turn_end:]
-            base_tokens, base_text = self.rebuild(history[:-1])
-            tokens, rendered = self.extend(base_tokens, base_text, history)
+            messages = messages[:keep_from] + messages[turn_end:]
+            base_tokens, base_text = self.rebuild(messages[:-1])
+            tokens, rendered = self.extend(base_tokens, base_text, messages)
         if len(tokens) >= n_ctx:
             raise ContextError(
                 f"the prompt needs {len(tokens)} tokens but the context holds {n_ctx} — raise n_ctx in the profile"
                 " or shorten the message"
             )
         trimmed = ContextTrimmed(dropped, before, len(tokens), n_ctx) if dropped else None
-        return tokens, rendered, history[:-1], trimmed
+        return tokens, rendered, messages[:-1], trimmed
 
 
 def _add(fingerprint: hashlib.blake2b, message: Message) -> None:

@@ -167,8 +167,8 @@ class Engine:
         self.restore([Message("system", system)] if system else [])
 
     def restore(self, messages: list[Message]) -> None:
-        """Continue an earlier conversation; the KV cache is reused as far as it matches. (A front end passes its
-        history with every question: when it is already the conversation, nothing is re-tokenized.)"""
+        """Continue an earlier conversation; the KV cache is reused as far as it matches. (A front end passes the
+        conversation with every question: when it is already the conversation, nothing is re-tokenized.)"""
         before = self.chat.tokens
         if self.chat.restore(messages):
             self._index_anew_unless_grown(before)
@@ -240,14 +240,14 @@ class Engine:
         if stale:
             self.speculation.ngram.forget_chats(stale)
         user = Message("user", user_text)
-        prompt, rendered, history, trimmed = self.chat.prompt(user, min(max_tokens, cfg.n_ctx // 4), cfg.n_ctx)
+        prompt, rendered, kept, trimmed = self.chat.prompt(user, min(max_tokens, cfg.n_ctx // 4), cfg.n_ctx)
         if trimmed:
             yield trimmed
         run = self._start_run(len(prompt), top, started)
         reused = min(common_prefix(self.ctx.cached, prompt), len(prompt) - 1)
         recall = prompt[-RECALL_CONTEXT:]  # a copy: ``prompt`` becomes the conversation and grows with the reply
         before = self.chat.tokens
-        self.chat.begin_turn(history, user, prompt, rendered)
+        self.chat.begin_turn(kept, user, prompt, rendered)
         self._index_anew_unless_grown(before)
         indexed = not cfg.spec.reads_stored_chats or self.index.wait(INDEX_BEFORE_REPLY_S)
         yield ReplyStarted(len(prompt), reused, len(prompt) - reused, cfg.n_ctx, run.state,

@@ -111,7 +111,7 @@ class Speculation:
     @property
     def draft_length(self) -> int:
         """The draft length in use: the profile's cap when it is fixed, or the one "auto" chose last."""
-        return self.length.k
+        return self.length.in_use
 
     @property
     def max_verify(self) -> int | None:

@@ -12,7 +12,7 @@ from ...engine.conversation import as_dicts
 from ...engine.repetition import loop_watch
 from ...telemetry.memory import reset_peak_rss
 from ...backends.run_config import RunConfig
-from ..runners import PeerError, RunResult, combine_turns, decode_seconds, task_history
+from ..runners import PeerError, RunResult, combine_turns, decode_seconds, conversation_before
 from ..tasks import Task
 from . import Opened, Peer, PeerContext
 
@@ -64,7 +64,7 @@ class LlamaCppPythonRunner:
         return self.label
 
     def run(self, task: Task, rep: int) -> RunResult:
-        messages = task_history(self.config, task)
+        messages = conversation_before(self.config, task)
         self.llm.reset()
         reset_peak_rss()
         turns = []

@@ -24,7 +24,7 @@ from ...engine.drafters.ngram import NgramDrafter
 from ...engine.llama import common_prefix
 from ...engine.rules import Rules
 from ...profiles import load_profile, run_config
-from ..runners import task_history
+from ..runners import conversation_before
 from ..tasks import Task
 
 
@@ -106,7 +106,7 @@ def record(engine: Engine, tasks: list[Task]) -> list[Reply]:
     replies = []
     for task in tasks:
         engine.clear_cache(replies=True)
-        engine.restore(task_history(engine.config, task))
+        engine.restore(conversation_before(engine.config, task))
         for number, prompt in enumerate(task.turns(), start=1):
             events = list(engine.reply(prompt, max_tokens=task.max_tokens))
             tokens = [e.token for e in events if isinstance(e, TokenEmitted)]

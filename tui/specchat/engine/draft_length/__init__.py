@@ -12,8 +12,8 @@ from ..loop import StepOutcome
 
 class DraftLength(Protocol):
     @property
-    def k(self) -> int:
-        """The draft length chosen last (the sidebar's "draft length")."""
+    def in_use(self) -> int:
+        """The draft length chosen last (the sidebar's "draft length"): never the profile's cap, unless fixed to it."""
         ...
 
     @property
@@ -59,16 +59,20 @@ class FixedLength:
     reason = ""
 
     def __init__(self, n_max: int) -> None:
-        self.k = n_max
+        self.cap = n_max
+
+    @property
+    def in_use(self) -> int:
+        return self.cap
 
     def plan(self, limit: int) -> tuple[int, Callable[[Draft], int] | None]:
-        return min(self.k, limit), None
+        return min(self.cap, limit), None
 
     def copy_length(self, copy: Draft) -> int:
-        return self.k
+        return self.cap
 
     def model_length(self) -> int:
-        return self.k
+        return self.cap
 
     def begin_reply(self) -> None:
         """Nothing to learn."""

@@ -160,7 +160,7 @@ class Adaptive:
             hazards.begin_reply()
 
     @property
-    def k(self) -> int:
+    def in_use(self) -> int:
         """The draft length chosen last: the copy's, or the draft model's when it drafted last (combined method)."""
         if self.copied_last is not None and (self.acceptance is None or not self.model_drafted_last):
             return self.copy_k
