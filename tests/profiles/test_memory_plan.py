@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-from specchat.profiles.plan import cpu_repacks_weights, system_info
+from specchat.backends.offload import in_process_build
+from specchat.profiles import load_profile
+from specchat.profiles.plan import keeps_repacked_copy, system_info
 from specchat.engine.gguf_header import read_metadata
 from specchat.profiles.fit import KV_BYTES_PER_ELEMENT, kv_cache_bytes
 
@@ -66,16 +68,18 @@ def test_the_plan_is_within_five_percent_of_what_llama_cpp_allocates(model, targ
     path = target_path if model == "smollm2" else gemma_path
     meta = read_metadata(path)
     loads = in_process_loads(path)
+    repacks = keeps_repacked_copy(load_profile("tiny"), in_process_build())  # the plan's own gate, in-process
     assert len(loads) == len(CONTEXTS) * len(KV_BYTES_PER_ELEMENT)
     for (n_ctx, kv), (model_mib, kv_mib) in loads.items():
         planned_kv = kv_cache_bytes(meta, n_ctx, kv) / MIB  # in-process: every cell of a sliding layer too
         assert kv_mib > 0 and abs(planned_kv / kv_mib - 1) <= TOLERANCE, (n_ctx, kv, planned_kv, kv_mib)
-        planned_weights = meta["gguf.file_size"] / MIB * (2 if cpu_repacks_weights() else 1)
-        over = REPACKED_OVERSHOOT if cpu_repacks_weights() else TOLERANCE
+        planned_weights = meta["gguf.file_size"] / MIB * (2 if repacks else 1)
+        over = REPACKED_OVERSHOOT if repacks else TOLERANCE
         assert -TOLERANCE <= planned_weights / model_mib - 1 <= over, (planned_weights, model_mib)
 
 
-@pytest.mark.skipif("AMX_INT8 = 1" not in system_info(), reason="this llama.cpp has no AMX kernels")
+@pytest.mark.skipif("AMX_INT8 = 1" not in system_info() or in_process_build().gpu_offload,
+                    reason="no AMX kernels in this llama.cpp, or a GPU build (its host buffers are not repacked)")
 def test_an_amx_cpu_s_repacked_copy_is_planned_as_the_file_again(target_path, gemma_path):
     """Where AMX runs, the engine loads with llama.cpp's extra buffer types and the plan counts the file twice
     (profiles/fit.py); checked here even where the probe turned them off, since a load runs no AMX instruction."""

@@ -178,6 +178,35 @@ def test_fit_verdicts_by_hand():
     assert repacking.on_gpu == partial.on_gpu
 
 
+def test_the_repacked_copy_is_counted_only_for_a_cpu_only_build_made_here(tmp_path, monkeypatch):
+    """An AMX CPU that runs it (faked: whether this one does is the memory test's, against llama.cpp's own log): a
+    CPU-only build here keeps the copy; a GPU build's host buffers do not, nor is a remote server's or a server binary
+    from elsewhere counted — only one ``specchat server build`` compiled here for the CPU."""
+    from specchat.backends.offload import LlamaBuild
+    from specchat.backends.server_build import ENV, RECORD
+    from specchat.profiles import plan as planning
+
+    monkeypatch.setattr(planning, "cpu_repacks_weights", lambda: True)
+    tiny, server = profiles.load_profile("tiny"), profiles.load_profile("server-tiny")
+    cpu = LlamaBuild("llama-cpp-python (in-process)", False, ("CPU",))
+    assert planning.keeps_repacked_copy(tiny, cpu)
+    assert not planning.keeps_repacked_copy(tiny, dataclasses.replace(cpu, gpu_offload=True, backends=("CUDA", "CPU")))
+    assert not planning.keeps_repacked_copy(tiny, None)
+    binary = tmp_path / "bin" / "llama-server"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv(ENV, str(binary))
+    ours = LlamaBuild(f"llama-server at {binary}", False, ("CPU",), server=True)
+    assert not planning.keeps_repacked_copy(server, ours)  # no record of where it was built
+    (binary.parent / RECORD).write_text('{"backend": "cpu"}')
+    assert planning.keeps_repacked_copy(server, ours)
+    (binary.parent / RECORD).write_text('{"backend": "cuda"}')
+    assert not planning.keeps_repacked_copy(server, ours)
+    monkeypatch.setattr(planning, "cpu_repacks_weights", lambda: False)
+    assert not planning.keeps_repacked_copy(tiny, cpu)
+
+
 def test_check_command_passes_for_the_bundled_pair_and_names_failing_rules(tmp_path, target_path):
     ok = cli("profiles", "check", "tiny")
     assert ok.returncode == 0, ok.stdout + ok.stderr

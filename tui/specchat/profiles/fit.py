@@ -5,11 +5,11 @@ Weights are the file sizes; the KV cache is 2 (K and V) × layers × KV heads ×
 from the architecture metadata, as llama.cpp allocates it: cells are n_ctx rounded up to 256, and a sliding-window
 layer (Gemma's) caches only its window where llama-server runs it (``swa_full`` off), every cell in-process
 (llama-cpp-python's default). Layers kept on the CPU (n_gpu_layers) are counted against RAM instead of VRAM. Checked
-against llama.cpp's own logged buffer sizes for both bundled models (tests/profiles/test_memory_plan.py). On a CPU
-whose llama.cpp multiplies with AMX tiles (where they run: engine/cpu_probe.py), the CPU's share of the weights is
-counted twice: llama.cpp keeps a repacked copy of every weight it multiplies beside the mapped file, planned as the
-file's size again (measured: 1.02× the file's size for SmolLM2's Q4_1, 0.89× for Gemma 3's Q4_K_M, whose Q5_0
-tensors AMX leaves alone).
+against llama.cpp's own logged buffer sizes for both bundled models (tests/profiles/test_memory_plan.py). With a
+CPU-only build on a CPU whose llama.cpp multiplies with AMX tiles (where they run: engine/cpu_probe.py), the weights
+are counted twice (``repacked``, set by profiles/plan.py): llama.cpp keeps a repacked copy of every weight it
+multiplies beside the mapped file, planned as the file's size again (measured: 1.02× the file's size for SmolLM2's
+Q4_1, 0.89× for Gemma 3's Q4_K_M, whose Q5_0 tensors AMX leaves alone).
 """
 
 from __future__ import annotations

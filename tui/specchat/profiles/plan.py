@@ -1,7 +1,8 @@
 """A profile's memory plan against the machine that is there: the GPU NVML sees (its free VRAM, not a card's total),
 the llama.cpp build that would run the profile (in-process, or the llama-server specchat would start), and what to
 change when it does not fit. ``profiles check``, the F2 picker and ``specchat doctor`` show it; nothing here loads
-weights (GGUF headers only)."""
+weights (GGUF headers only) — but on a CPU that reports AMX, the engine's one-time probe of whether it runs
+(engine/cpu_probe.py, a two-token decode of the bundled model in a child process, kept per machine)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, replace
 import llama_cpp
 
 from ..backends.offload import LlamaBuild, cpu_only_warning, in_process_build
-from ..backends.server_build import find_server, server_build_info
+from ..backends.server_build import built_backend, find_server, server_build_info
 from ..engine.cpu_probe import extra_buffers_work
 from ..engine.gguf_header import read_metadata
 from ..errors import SpecchatError
@@ -99,10 +100,30 @@ def system_info() -> str:
 
 @functools.cache
 def cpu_repacks_weights() -> bool:
-    """This CPU's llama.cpp multiplies with AMX tiles, so it keeps a repacked copy of the weights it multiplies ("AMX
-    model buffer") beside the mapped file — unless this machine's AMX does not run (``extra_buffers_work``), when
-    every model loads without it. A llama-server specchat starts follows the same verdict (``--no-repack``)."""
-    return "AMX_INT8 = 1" in system_info() and extra_buffers_work()
+    """This CPU's llama.cpp multiplies with AMX tiles, so a CPU-only build keeps a repacked copy of the weights it
+    multiplies ("AMX model buffer") beside the mapped file — unless this machine's AMX does not run
+    (``extra_buffers_work``), when every model loads without it (a llama-server specchat starts: ``--no-repack``)."""
+    try:
+        return "AMX_INT8 = 1" in system_info() and extra_buffers_work()
+    except SpecchatError:  # the probe's model is not there: the engine could not load without it either
+        return False
+
+
+def keeps_repacked_copy(profile: Profile, build: LlamaBuild | None) -> bool:
+    """Whether the build that would run ``profile`` keeps that copy of the layers on the CPU: a CPU-only build here,
+    in-process or a llama-server that ``specchat server build`` compiled here for the CPU. A GPU build puts the CPU's
+    layers in its host buffers, which are not repacked; a server binary from elsewhere, or a remote one, is not known
+    and not counted."""
+    if build is None or build.gpu_offload:
+        return False
+    if build.server:
+        try:
+            binary = find_server(profile.values["backend"].get("binary"))
+        except SpecchatError:
+            return False
+        if built_backend(binary.parent) != "cpu":
+            return False
+    return cpu_repacks_weights()
 
 
 def build_of(profile: Profile) -> LlamaBuild | None:
@@ -119,9 +140,8 @@ def build_of(profile: Profile) -> LlamaBuild | None:
         return None
 
 
-def footprint(m: PlannedModel, profile: Profile, offloads: bool, local: bool) -> Footprint:
-    """``local``: the build runs on this machine's CPU (in-process, or a llama-server specchat starts), whose repacked
-    copy of the weights (AMX) is counted for the CPU's share."""
+def footprint(m: PlannedModel, profile: Profile, offloads: bool, repacks: bool) -> Footprint:
+    """``repacks``: the build keeps a repacked copy (AMX) of the CPU's share of the weights (``keeps_repacked_copy``)."""
     layers = profile.n_gpu_layers(m.role) if offloads else 0
     notes = ["GPU asked; CPU-only build"] if not offloads and profile.n_gpu_layers(m.role) else []
     if m.meta is None:
@@ -135,7 +155,7 @@ def footprint(m: PlannedModel, profile: Profile, offloads: bool, local: bool) ->
                                   swa_full=profile.backend_kind.runs_engine))
         name, size = m.located.path.name, float(m.meta["gguf.file_size"])
         share = gpu_share(layers, m.meta.get(f"{arch}.block_count"))
-    repacked = size if size and local and share < 1 and cpu_repacks_weights() else 0.0
+    repacked = size if size and repacks and share < 1 else 0.0
     if repacked:
         notes.append("+ its AMX repacked copy in RAM")
     return Footprint(m.role, name, size, kv, share, ", ".join(notes), repacked or 0.0)
@@ -157,11 +177,11 @@ def plan(profile: Profile, vram_gb: float | None = None, ram_gb: float | None = 
     pair = planned_models(profile)
     note = cpu_only_warning({m.role: profile.n_gpu_layers(m.role) for m in pair}, build, gpu) if build else ""
     ram = (ram_gb * GB) if ram_gb is not None else ram_bytes()
-    local = profile.backend_kind.runs_engine or profile.backend_kind.starts_process
-    report = FitReport([footprint(m, profile, not note, local) for m in pair], vram, ram, margin_gb * GB)
+    repacks = keeps_repacked_copy(profile, build)
+    report = FitReport([footprint(m, profile, not note, repacks) for m in pair], vram, ram, margin_gb * GB)
     if not note:
         return MemoryPlan(pair, report, source, build, note, changes(report, profile))
-    offloaded = FitReport([footprint(m, profile, True, local) for m in pair], vram, ram, margin_gb * GB)
+    offloaded = FitReport([footprint(m, profile, True, False) for m in pair], vram, ram, margin_gb * GB)
     return MemoryPlan(pair, report, source, build, note, changes(offloaded, profile), offloaded)
 
 

@@ -13,7 +13,7 @@ from ..loop import StepOutcome
 class DraftLength(Protocol):
     @property
     def in_use(self) -> int:
-        """The draft length chosen last (the sidebar's "draft length"): never the profile's cap, unless fixed to it."""
+        """The draft length chosen last (the sidebar's "draft length"), at most the profile's cap."""
         ...
 
     @property
