@@ -158,7 +158,7 @@ def footprint(m: PlannedModel, profile: Profile, offloads: bool, repacks: bool) 
     repacked = size if size and repacks and share < 1 else 0.0
     if repacked:
         notes.append("+ its AMX repacked copy in RAM")
-    return Footprint(m.role, name, size, kv, share, ", ".join(notes), repacked or 0.0)
+    return Footprint(m.role, name, size, kv, share, ", ".join(notes), repacked)
 
 
 def plan(profile: Profile, vram_gb: float | None = None, ram_gb: float | None = None,
