@@ -14,7 +14,8 @@ import pytest
 
 from specchat.backends.offload import in_process_build
 from specchat.profiles import load_profile
-from specchat.profiles.plan import keeps_repacked_copy, system_info
+from specchat.engine.machine import system_info
+from specchat.profiles.plan import keeps_repacked_copy
 from specchat.engine.gguf_header import read_metadata
 from specchat.profiles.fit import KV_BYTES_PER_ELEMENT, kv_cache_bytes
 

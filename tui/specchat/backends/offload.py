@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import llama_cpp
 
 from ..engine.engine_config import EngineConfig
+from ..engine.machine import system_info
 from ..telemetry.memory import GpuMemory, gpu_memory
 
 GPU_GUIDE = "docs/gpu.md"
@@ -46,10 +47,8 @@ def backends_of(system_info: str) -> tuple[str, ...]:
 @functools.cache
 def in_process_build() -> LlamaBuild:
     """The llama-cpp-python this process loads models with."""
-    info = llama_cpp.llama_print_system_info()
-    text = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
     return LlamaBuild(f"llama-cpp-python {llama_cpp.__version__} (in-process)",
-                      bool(llama_cpp.llama_supports_gpu_offload()), backends_of(text))
+                      bool(llama_cpp.llama_supports_gpu_offload()), backends_of(system_info()))
 
 
 def reinstall_fix(gpu: object | None = None, server: bool = False) -> str:

@@ -46,12 +46,17 @@ def gpu_name() -> str:
         pynvml.nvmlShutdown()
 
 
+def system_info() -> str:
+    """llama.cpp's system-info line for the llama-cpp-python this process loads: its backends and CPU features."""
+    info = lc.llama_print_system_info()
+    return info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
+
+
 @functools.cache
 def build() -> str:
     """llama.cpp's own account of its build — the backends compiled in (CUDA and its architectures, Metal, …) and
     the CPU features it uses — as a short hash, with llama-cpp-python's version."""
-    info = lc.llama_print_system_info().decode(errors="replace")
-    return f"llama.cpp {lc.__version__} {hashlib.sha256(info.encode()).hexdigest()[:12]}"
+    return f"llama.cpp {lc.__version__} {hashlib.sha256(system_info().encode()).hexdigest()[:12]}"
 
 
 def fingerprint(n_gpu_layers: int) -> str:

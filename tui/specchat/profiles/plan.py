@@ -10,12 +10,12 @@ import functools
 import os
 from dataclasses import dataclass, replace
 
-import llama_cpp
 
 from ..backends.offload import LlamaBuild, cpu_only_warning, in_process_build
 from ..backends.server_build import built_backend, find_server, server_build_info
 from ..engine.cpu_probe import extra_buffers_work
 from ..engine.gguf_header import read_metadata
+from ..engine.machine import system_info
 from ..errors import SpecchatError
 from ..telemetry.memory import GpuMemory, GpuUnavailable, gpu_memory
 from ..engine.drafters import METHODS
@@ -90,12 +90,6 @@ def planned_models(profile: Profile) -> list[PlannedModel]:
         located = models.locate(reference, model_base(profile))
         pair.append(PlannedModel(role, located, read_metadata(located.path) if located.path else None))
     return pair
-
-
-def system_info() -> str:
-    """llama.cpp's system-info line for the llama-cpp-python this process loads: its backends and CPU features."""
-    info = llama_cpp.llama_print_system_info()
-    return info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
 
 
 @functools.cache
