@@ -34,7 +34,7 @@ from pathlib import Path
 
 from specchat.app.chat_app import make_app
 from specchat.app.settings import Settings
-from specchat.app.widgets.prompt import PromptInput
+from specchat.app.chat.prompt import PromptInput
 from specchat.engine import Engine, ReplyFinished
 from specchat.profiles import load_profile, run_config
 

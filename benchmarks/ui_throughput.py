@@ -13,7 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from specchat.app.chat_app import SpecchatApp, make_app
+from specchat.app.chat.column import ChatColumn
+from specchat.app.chat_app import make_app
 from specchat.app.settings import Settings
 from specchat.chats.replies import Frame
 from specchat.engine import Engine
@@ -42,13 +43,14 @@ async def measure(n_events: int, batch: int) -> float:
         settings = Settings(db_path=None, keymap=Path(tmp) / "k.toml", autoload=False, resume=False)
         app = make_app(settings)
         async with app.run_test(size=(130, 40)) as pilot:
-            app.mount_turn(app.session.add_reply(""))
+            column = app.chat_view.column
+            app.chat_view.chat_log.mount_turn(app.session.add_reply(""))
             await pilot.pause()
-            view = app.last_reply
+            view = app.chat_view.chat_log.last_reply
             start = time.perf_counter()
             for i in range(0, len(events), batch):
                 part = events[i : i + batch]  # one frame, as Replies.frame hands it up: absorbed, then posted
-                app.post_message(SpecchatApp.FrameArrived(Frame(part, app.controller.absorb(part), None, False)))
+                column.post_message(ChatColumn.FrameArrived(Frame(part, app.controller.absorb(part), None, False)))
                 await pilot.pause()  # let the UI process and render this batch before the next arrives
             elapsed = time.perf_counter() - start
             assert len(view.segments) == sum(isinstance(e, TokenEmitted) for e in events)

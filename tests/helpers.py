@@ -18,9 +18,10 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output.vt100 import Vt100_Output
 
 from specchat import paths
+from specchat.app.chat.column import ChatColumn
 from specchat.app.chat_app import SpecchatApp
-from specchat.app.widgets.prompt import PromptInput
-from specchat.app.widgets.reply import ReplyView
+from specchat.app.chat.prompt import PromptInput
+from specchat.app.chat.reply import ReplyView
 from specchat.chats.replies import Frame
 from specchat.chats.session import ChatSession
 from specchat.engine import Engine, Message
@@ -142,8 +143,8 @@ async def statuses_while_loading(pilot, every: float = 0.01, timeout: float = 12
     """Each status line the app showed, in order, until its first load is done (the empty line last)."""
     app, statuses = pilot.app, []
     for _ in range(int(timeout / every)):
-        if app.status not in statuses[-1:]:
-            statuses.append(app.status)
+        if app.jobs.status not in statuses[-1:]:
+            statuses.append(app.jobs.status)
         if app.backend is not None and app.busy is None:
             break
         await pilot.pause(every)
@@ -152,7 +153,8 @@ async def statuses_while_loading(pilot, every: float = 0.01, timeout: float = 12
 
 def arrive(app: SpecchatApp, events: list[Event]) -> None:
     """``events`` come up to the app as one frame of a reply (``Replies.frame``: absorbed, then posted)."""
-    app.post_message(SpecchatApp.FrameArrived(Frame(events, app.controller.absorb(events), None, False)))
+    app.chat_view.column.post_message(ChatColumn.FrameArrived(Frame(events, app.controller.absorb(events), None,
+                                                                      False)))
 
 
 async def wait_until(pilot, condition, timeout: float = 60.0) -> None:
@@ -189,8 +191,8 @@ async def ask(pilot, text: str) -> ReplyView:
     prompt = app.query_one(PromptInput)
     prompt.load_text(text)
     await pilot.press("enter")
-    await wait_until(pilot, lambda: app.busy is None and app.last_reply is not None and app.last_reply.finish_reason)
-    return app.last_reply
+    await wait_until(pilot, lambda: app.busy is None and app.chat_view.chat_log.last_reply is not None and app.chat_view.chat_log.last_reply.finish_reason)
+    return app.chat_view.chat_log.last_reply
 
 
 LONG_STORY = "Write a very long story about a dragon and a knight."
@@ -202,7 +204,7 @@ async def start_long_reply(pilot) -> None:
     app = pilot.app
     app.query_one(PromptInput).load_text(LONG_STORY)
     await pilot.press("enter")
-    await wait_until(pilot, lambda: app.last_reply is not None and len(app.last_reply.segments) >= 8)
+    await wait_until(pilot, lambda: app.chat_view.chat_log.last_reply is not None and len(app.chat_view.chat_log.last_reply.segments) >= 8)
 
 
 def kept_messages(backend) -> list[Message]:

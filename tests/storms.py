@@ -15,9 +15,9 @@ import llama_cpp as lc
 
 from gguf_fixtures import write_variant
 from specchat.app.chat_app import SpecchatApp
-from specchat.app.screens import ProfileScreen
-from specchat.app.widgets.prompt import PromptInput
-from specchat.app.widgets.reply import ReplyView
+from specchat.app.screens.modals import ProfileScreen
+from specchat.app.chat.prompt import PromptInput
+from specchat.app.chat.reply import ReplyView
 from specchat.chats.store import Store
 from specchat.telemetry.memory import rss_bytes
 from helpers import wait_until

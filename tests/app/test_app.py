@@ -14,9 +14,9 @@ from textual import events
 from textual.widgets._markdown import MarkdownFence
 
 from specchat.app.chat_app import SpecchatApp, make_app
-from specchat.app.screens import ABScreen, HelpScreen, ProfileScreen
-from specchat.app.widgets.prompt import PromptInput
-from specchat.app.widgets.reply import ProvenanceLines, ReplyView, provenance_text
+from specchat.app.screens.modals import ABScreen, HelpScreen, ProfileScreen
+from specchat.app.chat.prompt import PromptInput
+from specchat.app.chat.reply import ProvenanceLines, ReplyView, provenance_text
 from specchat.engine.events import TokenEmitted, TokenKind
 from specchat.chats.store import Store
 from helpers import (HELD_LONG_STORY, arrive, ask, kept_messages, models_freed, notices, plain_text, ready, SIZE,
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
 
 
 def sidebar_text(app: SpecchatApp) -> str:
-    return app.sidebar.plain
+    return app.chat_view.sidebar.plain
 
 
 @pytest.mark.recorded
@@ -56,7 +56,7 @@ async def test_escape_cancels_and_keeps_the_partial_reply(settings, make_engine)
         await start_long_reply(pilot)
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.busy is None)
-        view = app.last_reply
+        view = app.chat_view.chat_log.last_reply
         assert view.finish_reason == "cancelled" and 8 <= len(view.segments) < 400
         assert "cancelled" in plain_text(view.status_line)
         assert kept_messages(app.backend)[-1].finish_reason == "cancelled"
@@ -202,7 +202,7 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
         assert any("draft reloaded" in n for n in notices(app))
 
         # A profile whose models are missing: one message, the previous profile stays.
-        app.start_load("qwen3-8b-1.7b")
+        app.chat_view.switchboard.start_load("qwen3-8b-1.7b")
         await wait_until(pilot, lambda: app.busy is None)
         assert app.backend.engine.target is target and app.profile.name == "ngram"
         assert any("not found" in n for n in notices(app))
@@ -311,12 +311,12 @@ async def test_prompt_input_keys(settings):
 async def test_narrow_terminal_collapses_the_sidebar(settings):
     async with make_app(settings).run_test(size=(70, 30)) as pilot:
         app = await ready(pilot)
-        assert not app.sidebar.display
+        assert not app.chat_view.sidebar.display
         view = await ask(pilot, "Hi!")
         assert view.segments
         await pilot.resize_terminal(140, 40)
         await pilot.pause(0.1)
-        assert app.sidebar.display
+        assert app.chat_view.sidebar.display
 
 
 @pytest.mark.recorded
@@ -447,24 +447,24 @@ async def test_stream_is_followed_only_while_the_reader_is_at_the_bottom(setting
     async with make_app(settings).run_test(size=(100, 24)) as pilot:
         app = await ready(pilot)
         await ask(pilot, "Write a long story about a lighthouse keeper.")
-        assert app.chat.max_scroll_y > 0 and app.chat.scroll_y == app.chat.max_scroll_y  # followed to the end
+        assert app.chat_view.chat_log.max_scroll_y > 0 and app.chat_view.chat_log.scroll_y == app.chat_view.chat_log.max_scroll_y  # followed to the end
         app.query_one(PromptInput).load_text("Tell me another long story, about a fisherman.")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: len(app.last_reply.segments) >= 20)
-        app.chat.scroll_home(animate=False)  # the reader scrolls up to read the first story
+        await wait_until(pilot, lambda: len(app.chat_view.chat_log.last_reply.segments) >= 20)
+        app.chat_view.chat_log.scroll_home(animate=False)  # the reader scrolls up to read the first story
         await pilot.pause(0.1)
         assert app.busy is not None  # still streaming while the reader is up there
         await wait_until(pilot, lambda: app.busy is None, timeout=120)
         await pilot.pause(0.3)
-        assert app.chat.scroll_y == 0  # never pulled back down
-        app.chat.scroll_end(animate=False)  # back at the bottom: following again
-        second = app.last_reply
+        assert app.chat_view.chat_log.scroll_y == 0  # never pulled back down
+        app.chat_view.chat_log.scroll_end(animate=False)  # back at the bottom: following again
+        second = app.chat_view.chat_log.last_reply
         app.query_one(PromptInput).load_text("And a third one.")
         await pilot.press("enter")  # (the reply may not have begun when the key returns)
-        await wait_until(pilot, lambda: app.last_reply is not second and app.busy is None
-                         and app.last_reply.finish_reason, timeout=120)
+        await wait_until(pilot, lambda: app.chat_view.chat_log.last_reply is not second and app.busy is None
+                         and app.chat_view.chat_log.last_reply.finish_reason, timeout=120)
         await pilot.pause(0.3)
-        assert app.chat.scroll_y == app.chat.max_scroll_y
+        assert app.chat_view.chat_log.scroll_y == app.chat_view.chat_log.max_scroll_y
 
 
 async def test_thinking_is_shown_while_streaming_and_folded_when_done(settings):
@@ -472,11 +472,11 @@ async def test_thinking_is_shown_while_streaming_and_folded_when_done(settings):
     settings.autoload = False
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = pilot.app
-        app.mount_turn(app.session.add_user("A fruit?"))
+        app.chat_view.chat_log.mount_turn(app.session.add_user("A fruit?"))
         record = app.session.add_reply("")
-        app.mount_turn(record)
+        app.chat_view.chat_log.mount_turn(record)
         await pilot.pause()
-        view = app.last_reply
+        view = app.chat_view.chat_log.last_reply
         pieces = ["<think>", "\n", "The user", " wants", " a", " fruit", ".", "\n", "</think>", "\n\n", "Apple", "."]
         tokens = [TokenEmitted(i, text, TokenKind.TARGET, i, 0.01 * i) for i, text in enumerate(pieces)]
         arrive(app, tokens[:6])
@@ -682,14 +682,14 @@ async def test_every_engine_call_runs_on_the_engine_thread(settings, monkeypatch
         app = await ready(pilot)
         await ask(pilot, "Name a colour.")
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: app.busy is None and app.last_reply.finish_reason)
+        await wait_until(pilot, lambda: app.busy is None and app.chat_view.chat_log.last_reply.finish_reason)
         await pilot.press("ctrl+b")
         await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
         await pilot.press("escape")
-        app._system_prompt_set("Be brief.")
+        app.chat_view.system_prompt_set("Be brief.")
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: app.busy is None)
-        app.start_load("ngram")
+        app.chat_view.switchboard.start_load("ngram")
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
     assert {name for name, _ in threads} >= {"__init__", "reply", "restore", "apply"}
     assert {thread for _, thread in threads} == {"specchat-engine"}, threads
@@ -710,10 +710,10 @@ async def test_the_plain_reference_is_measured_through_the_engines_own_loop(sett
         await wait_until(pilot, lambda: isinstance(app.screen, ABScreen))
         await pilot.press("escape")
         assert "A/B" in t.plain_source
-        app.start_load("ngram")  # the same target: the reference stays
+        app.chat_view.switchboard.start_load("ngram")  # the same target: the reference stays
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "ngram")
         assert "A/B" in t.plain_source
-        app.start_load(str(profile))  # another target: the old reference means nothing for it
+        app.chat_view.switchboard.start_load(str(profile))  # another target: the old reference means nothing for it
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "other")
         assert "plain run" in t.plain_source and t.plain_tps
 
@@ -743,7 +743,7 @@ async def test_the_chat_through_a_managed_llama_server(settings, llama_server, m
         await start_long_reply(pilot)
         os.kill(pid, signal.SIGKILL)
         await wait_until(pilot, lambda: app.busy is None)
-        assert app.last_reply.finish_reason == "error" and len(app.last_reply.segments) >= 8
+        assert app.chat_view.chat_log.last_reply.finish_reason == "error" and len(app.chat_view.chat_log.last_reply.segments) >= 8
         assert any("stopped in the middle of the reply" in n for n in notices(app))
         again = await ask(pilot, "Hello again.")
         assert again.finish_reason in ("stop", "length", "loop") and app.backend.pid != pid
@@ -794,8 +794,8 @@ async def test_a_message_sent_while_the_model_loads_waits_and_is_sent_once_it_is
             assert "Esc withdraws" in str(prompt.border_title) and not app.session.turns
         finally:
             loading.done()
-        await wait_until(pilot, lambda: app.busy is None and app.last_reply is not None
-                         and app.last_reply.finish_reason)
+        await wait_until(pilot, lambda: app.busy is None and app.chat_view.chat_log.last_reply is not None
+                         and app.chat_view.chat_log.last_reply.finish_reason)
         assert app.session.turns[0].text == "Qué es un faro? ¿Y 灯塔?"
         assert not prompt.waiting and not prompt.read_only and prompt.text == ""
         assert Store(settings.db_path).messages(app.session.id)[0].content == "Qué es un faro? ¿Y 灯塔?"
@@ -854,6 +854,6 @@ async def test_the_sidebar_shows_a_reply_that_drafted_nothing_as_plain_decoding(
         app.telemetry.reference = PlainReference.measured(3.0, 40, None, False, "a plain run beside a compile")
         await ask(pilot, "Write a short story about a robot.")
         await pilot.pause()
-        shown = " ".join(app.sidebar.plain.split())
+        shown = " ".join(app.chat_view.sidebar.plain.split())
         assert "vs plain 1.00× — nothing drafted" in shown
         assert "undrafted steps (the reference read 3 tok/s there)" in shown

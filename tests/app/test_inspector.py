@@ -206,8 +206,8 @@ async def test_the_inspector_underlines_what_an_ngram_draft_copied(tmp_path, set
     from helpers import SIZE, ask as ask_in_app, wait_until
 
     from specchat.app.chat_app import make_app
-    from specchat.app.widgets.inspector import Inspector
-    from specchat.app.widgets.reply import COPIED, UserMessage
+    from specchat.app.chat.inspector import Inspector
+    from specchat.app.chat.reply import COPIED, UserMessage
 
     settings.profile, settings.max_tokens = "ngram", 40
     async with make_app(settings).run_test(size=SIZE) as pilot:
@@ -251,9 +251,9 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
     from helpers import SIZE, ask as ask_in_app, at_rest, wait_until
 
     from specchat.app.chat_app import make_app
-    from specchat.app.replay_screen import ReplayScreen
-    from specchat.app.widgets.inspector import Inspector
-    from specchat.app.widgets.reply import SELECTED, ProvenanceLines
+    from specchat.app.screens.replay_screen import ReplayScreen
+    from specchat.app.chat.inspector import Inspector
+    from specchat.app.chat.reply import SELECTED, ProvenanceLines
 
     settings.profile = str(write_profile(tmp_path, kind, binary=llama_server, servers=servers))
     settings.max_tokens = 32
@@ -312,8 +312,8 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
     settings.resume = True
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = pilot.app
-        await wait_until(pilot, lambda: app.backend is not None and app.busy is None and app.last_reply)
-        reopened = app.last_reply.record
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None and app.chat_view.chat_log.last_reply)
+        reopened = app.chat_view.chat_log.last_reply.record
         assert reopened.trace == record.trace
         await pilot.press("f8")
         await wait_until(pilot, lambda: app.query_one(Inspector).display)
@@ -393,8 +393,8 @@ async def test_the_replay_names_the_profile_the_reply_ran_under(settings):
     from helpers import SIZE, ask as ask_in_app, wait_until
 
     from specchat.app.chat_app import make_app
-    from specchat.app.replay_screen import ReplayScreen
-    from specchat.app.screens import ProfileScreen
+    from specchat.app.screens.replay_screen import ReplayScreen
+    from specchat.app.screens.modals import ProfileScreen
 
     settings.max_tokens = 16
     for resume in (False, True):

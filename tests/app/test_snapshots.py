@@ -20,7 +20,7 @@ from recorded import load
 from specchat.app.chat_app import SpecchatApp, make_app
 from specchat.chats.replies import Activity
 from specchat.app.settings import Settings
-from specchat.app.widgets.sidebar import LABEL_WIDTH, MemorySnapshot, ProfileInfo, Sidebar
+from specchat.app.sidebar.sidebar import LABEL_WIDTH, MemorySnapshot, ProfileInfo, Sidebar
 from specchat.engine.events import ReplyFinished, ThreadsAdjusted
 from specchat.engine.reference import PlainReference
 from specchat.telemetry.live import LiveTelemetry
@@ -49,13 +49,13 @@ def replay(*, finished: bool):
 
     async def run_before(pilot) -> None:
         app: SpecchatApp = pilot.app
-        app.mount_turn(app.session.add_user(prompt))
-        app.mount_turn(app.session.add_reply(""))
+        app.chat_view.chat_log.mount_turn(app.session.add_user(prompt))
+        app.chat_view.chat_log.mount_turn(app.session.add_reply(""))
         await pilot.pause()
-        app.busy = None if finished else Activity.GENERATING
+        app.jobs.busy = None if finished else Activity.GENERATING
         arrive(app, events)
         await pilot.pause()
-        app.refresh_sidebar()
+        app.chat_view.sidebar.redraw()
         await pilot.pause()
 
     return run_before
@@ -79,7 +79,7 @@ def test_finished_as_markdown(snap_compare, tmp_path):
 
 async def picker_settled(pilot) -> None:
     """F2, then until the picker has looked for every profile's models and for drafts (threads of its own)."""
-    from specchat.app.screens import ProfileScreen
+    from specchat.app.screens.modals import ProfileScreen
 
     await pilot.press("f2")
     for _ in range(600):
@@ -125,10 +125,10 @@ def versions_and_selection():
         session.add_reply("").add(events)
         session.branch(1)
         session.add_reply("").add(events)
-        app.show_turns()
+        app.chat_view.chat_log.show_turns()
         await pilot.pause()
         await pilot.press("alt+up", "alt+up")
-        app.refresh_sidebar()
+        app.chat_view.sidebar.redraw()
         await pilot.pause()
 
     return run_before
@@ -212,7 +212,7 @@ async def long_chat(pilot, replies: int = 12) -> None:
     for _ in range(replies):
         app.session.add_user(prompt)
         app.session.add_reply("").add(events)
-    app.show_turns()
+    app.chat_view.chat_log.show_turns()
     for _ in range(3):  # mounted, laid out, scrolled to its end
         await pilot.pause()
 
@@ -221,7 +221,7 @@ async def test_a_resize_keeps_the_end_of_the_chat_in_view(tmp_path):
     app = snapshot_app(tmp_path)
     async with app.run_test(size=(150, 45)) as pilot:
         await long_chat(pilot)
-        chat = app.chat
+        chat = app.chat_view.chat_log
         assert 0 < chat.max_scroll_y == chat.scroll_y
         for size in ((70, 30), (150, 45), (100, 20)):
             await pilot.resize_terminal(*size)
@@ -237,7 +237,7 @@ async def test_a_resize_after_a_streamed_reply_keeps_its_end_in_view(tmp_path):
         await replay(finished=True)(pilot)
         for _ in range(3):
             await pilot.pause()
-        chat = app.chat
+        chat = app.chat_view.chat_log
         assert 0 < chat.max_scroll_y == chat.scroll_y
         for size in ((70, 30), (150, 45), (100, 20)):
             await pilot.resize_terminal(*size)
@@ -251,7 +251,7 @@ async def test_a_chat_that_fitted_shows_its_end_when_a_resize_makes_it_overflow(
     app = snapshot_app(tmp_path)
     async with app.run_test(size=WIDE) as pilot:
         await replay(finished=True)(pilot)
-        chat = app.chat
+        chat = app.chat_view.chat_log
         assert chat.max_scroll_y == 0
         await pilot.resize_terminal(50, 12)
         for _ in range(3):
@@ -279,7 +279,7 @@ async def test_scrollbars_read_as_scrollbars_in_a_256_colour_terminal(tmp_path):
     app = snapshot_app(tmp_path)
     async with app.run_test(size=WIDE) as pilot:
         await long_chat(pilot)
-        for widget in (app.chat, app.sidebar):
+        for widget in (app.chat_view.chat_log, app.chat_view.sidebar):
             styles = widget.styles
             assert styles.scrollbar_size_vertical == 1
             track = app.screen.styles.background + styles.scrollbar_background
@@ -310,7 +310,7 @@ def test_help_scrolled_to_its_end(snap_compare, tmp_path, size):
 
 async def test_help_scrolls_to_its_last_key_and_says_how_it_closes(tmp_path):
     """F1's help ended at alt+e at 150×45: PageDown, Down and End changed nothing, Esc was never said."""
-    from specchat.app.screens import HelpScreen
+    from specchat.app.screens.modals import HelpScreen
 
     app = snapshot_app(tmp_path)
     async with app.run_test(size=SIZES["150"]) as pilot:
@@ -369,7 +369,7 @@ async def test_the_selected_message_is_marked_by_more_than_colour(tmp_path):
     app = snapshot_app(tmp_path)
     async with app.run_test(size=SIZES["70"]) as pilot:
         await versions_and_selection()(pilot)
-        selected = [view for view in app.chat.children if view.border_title]
+        selected = [view for view in app.chat_view.chat_log.children if view.border_title]
         assert len(selected) == 1 and str(selected[0].border_title).startswith("▶ selected")
         assert "edit" in str(selected[0].border_title)
 
@@ -380,7 +380,7 @@ def test_first_start_says_what_to_type(snap_compare, tmp_path, size):
 
 
 async def test_an_empty_chat_says_what_to_type_and_where_the_keys_are(tmp_path):
-    from specchat.app.widgets.prompt import PromptInput
+    from specchat.app.chat.prompt import PromptInput
 
     app = snapshot_app(tmp_path)
     async with app.run_test(size=SIZES["70"]) as pilot:
@@ -390,7 +390,7 @@ async def test_an_empty_chat_says_what_to_type_and_where_the_keys_are(tmp_path):
 
 
 def test_a_reply_that_drafted_nothing_has_no_heading_over_an_empty_sparkline():
-    from specchat.app.widgets.sidebar import _acceptance
+    from specchat.app.sidebar.sidebar import _acceptance
 
     nothing_drafted = LiveTelemetry()
     shown = _acceptance(nothing_drafted).plain.split("\n")

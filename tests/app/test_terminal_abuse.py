@@ -15,8 +15,8 @@ import time
 import pytest
 from helpers import ask, endless_profile, ready, SIZE, start_long_reply, wait_until
 from specchat.app.chat_app import make_app
-from specchat.app.widgets.prompt import PromptInput
-from specchat.app.widgets.reply import ReplyView
+from specchat.app.chat.prompt import PromptInput
+from specchat.app.chat.reply import ReplyView
 from specchat.chats.store import Store
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")

@@ -157,7 +157,7 @@ async def test_the_keys_in_the_app(kind, tmp_path, settings, llama_server, serve
         await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
 
         def shown() -> str:
-            return " ".join(app.sidebar.plain.split())
+            return " ".join(app.chat_view.sidebar.plain.split())
 
         def notes() -> list[str]:
             return notices(app)
@@ -280,7 +280,7 @@ async def test_the_profile_picker_filters_as_you_type_and_marks_models_not_here(
     from helpers import SIZE, ready, wait_until
 
     from specchat.app.chat_app import make_app
-    from specchat.app.screens import ProfileScreen
+    from specchat.app.screens.modals import ProfileScreen
 
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
@@ -361,7 +361,7 @@ async def test_the_app_says_why_speculation_loses_and_one_key_switches(settings)
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         await ask_in_app(pilot, "Write two sentences about the sea.")
-        shown = " ".join(app.sidebar.plain.split())
+        shown = " ".join(app.chat_view.sidebar.plain.split())
         assert app.telemetry.speedup() is not None
         if app.telemetry.speedup() >= 0.97:  # the same-size pair kept up on this machine: nothing is to be advised
             assert "costs about as much" not in shown
@@ -446,8 +446,8 @@ async def test_the_default_profile_runs_as_its_copies_here_and_a_draft_model_is_
         await pilot.press("alt+2")
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "tiny")
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: app.busy is None and app.last_reply is not first and app.last_reply is not None
-                         and app.last_reply.finish_reason)
-        again = app.last_reply.record
+        await wait_until(pilot, lambda: app.busy is None and app.chat_view.chat_log.last_reply is not first and app.chat_view.chat_log.last_reply is not None
+                         and app.chat_view.chat_log.last_reply.finish_reason)
+        again = app.chat_view.chat_log.last_reply.record
         assert (again.tokens, again.text) == (first.record.tokens, first.record.text)
         assert {"accepted", "corrected"} <= {kind for _, kind in again.segments}  # the draft model's colours

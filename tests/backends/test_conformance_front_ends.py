@@ -22,7 +22,7 @@ from backend_kinds import (
     write_profile,
 )
 from specchat.app.chat_app import make_app
-from specchat.app.widgets.reply import ProvenanceLines, ReplyView
+from specchat.app.chat.reply import ProvenanceLines, ReplyView
 from helpers import ask as ask_in_app, LIMIT, loop_cut, LOOPS, plain_text, SIZE, wait_until
 from specchat.chats.store import Store
 
@@ -145,11 +145,11 @@ async def test_switching_between_every_pair_of_backend_kinds_in_the_app(tmp_path
         await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
         for step, kind in enumerate(walk):
             if step:
-                app.start_load(str(profiles[kind]))
+                app.chat_view.switchboard.start_load(str(profiles[kind]))
                 await wait_until(pilot, lambda: app.busy is None)
             where = app.backend.where
             assert where_says(kind, where, servers), (kind, where)
-            shown = " ".join(app.sidebar.plain.split())  # the sidebar wraps long lines
+            shown = " ".join(app.chat_view.sidebar.plain.split())  # the sidebar wraps long lines
             # The backend line names what runs, and the method and badge are that backend's own.
             assert " ".join(where.split()) in shown and f"method {WALK_METHOD[kind]}" in shown, shown
             badge = "INACTIVE" if WALK_METHOD[kind] == "none" else "ACTIVE"

@@ -7,7 +7,7 @@ import pytest
 
 from backend_kinds import ask, controller_for, write_profile
 from specchat.app.chat_app import make_app
-from specchat.app.widgets.prompt import PromptInput
+from specchat.app.chat.prompt import PromptInput
 from specchat.chats.attachments import MAX_BYTES, candidates, expand
 from specchat.errors import Refused
 from specchat.repl.shell import ReplSettings

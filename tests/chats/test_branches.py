@@ -343,7 +343,7 @@ async def test_the_app_opens_a_hit_in_a_nested_version_at_the_message_holding_it
         await pilot.press("down", "enter")
         await pilot.pause()
         assert [t.text for t in app.session.turns] == ["Describe the coast.", "A lighthouse stands on the cliff."]
-        assert app.selected == 1  # the message that holds the word, selected
+        assert app.chat_view.chat_log.selected == 1  # the message that holds the word, selected
         assert "lighthouse" in " ".join(view.text for view in app.query("ReplyView"))  # on screen
 
 

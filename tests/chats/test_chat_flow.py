@@ -338,7 +338,7 @@ def test_ab_refuses_a_reply_made_under_another_target_or_context(tmp_path, user_
 async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_one(settings):
     from specchat.app.chat_app import make_app
     from specchat.chats.replies import Activity
-    from specchat.app.screens import ABScreen
+    from specchat.app.screens.modals import ABScreen
     from helpers import SIZE, ask, ready, start_long_reply, wait_until
 
     settings.max_tokens = 300

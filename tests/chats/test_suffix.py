@@ -541,8 +541,8 @@ async def test_the_app_shows_where_a_draft_came_from(tmp_path, settings, seeded,
     from helpers import SIZE, ask as ask_in_app, wait_until
 
     from specchat.app.chat_app import make_app
-    from specchat.app.widgets.inspector import Inspector
-    from specchat.app.widgets.sidebar import Sidebar
+    from specchat.app.chat.inspector import Inspector
+    from specchat.app.sidebar.sidebar import Sidebar
 
     shutil.copy(seeded, settings.db_path)
     settings.resume = False  # a new chat, not the last one stored

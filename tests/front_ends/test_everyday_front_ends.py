@@ -9,10 +9,10 @@ import pytest
 
 from backend_kinds import SYSTEM, write_profile
 from specchat.app.chat_app import make_app
-from specchat.app.chat_list import HIT_STYLE, ConversationsScreen
-from specchat.app.screens import CodeBlockScreen, ConfirmScreen
-from specchat.app.widgets.prompt import PromptInput
-from specchat.app.widgets.reply import ReplyView, UserMessage
+from specchat.app.screens.chat_list import HIT_STYLE, ConversationsScreen
+from specchat.app.screens.modals import CodeBlockScreen, ConfirmScreen
+from specchat.app.chat.prompt import PromptInput
+from specchat.app.chat.reply import ReplyView, UserMessage
 from specchat.chats.records import ReplyRecord
 from specchat.chats.session import ChatSession
 from specchat.chats.store import Store
@@ -62,12 +62,12 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         before = texts(app.session)
         # alt+up twice selects the question before; alt+e puts it into the prompt, Esc leaves it as it was.
         await pilot.press("alt+up", "alt+up", "alt+up")
-        assert app.selected == 1 and "selected" in list(app.query("UserMessage, ReplyView"))[1].classes
+        assert app.chat_view.chat_log.selected == 1 and "selected" in list(app.query("UserMessage, ReplyView"))[1].classes
         await pilot.press("alt+up", "alt+e")
         prompt = app.query_one(PromptInput)
-        assert app.editing == 0 and prompt.text == FIRST
+        assert app.chat_view.column.prompt.editing == 0 and prompt.text == FIRST
         await pilot.press("escape")
-        assert app.editing is None and prompt.text == "" and texts(app.session) == before
+        assert app.chat_view.column.prompt.editing is None and prompt.text == "" and texts(app.session) == before
         await pilot.press("alt+e")
         prompt.load_text(EDITED)
         await pilot.press("enter")
@@ -92,7 +92,7 @@ async def test_edit_regenerate_and_versions_in_the_app(kind, tmp_path, settings,
         (hit,) = app.screen.hits
         assert hit.where == "a version of #1 not shown"
         await pilot.press("down", "enter")
-        assert texts(app.session)[0] == EDITED and versions_shown(app) == ["‹ 2/2 ›"] and app.selected == 0
+        assert texts(app.session)[0] == EDITED and versions_shown(app) == ["‹ 2/2 ›"] and app.chat_view.chat_log.selected == 0
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -139,7 +139,7 @@ async def test_fork_delete_rename_and_search_in_the_app(kind, tmp_path, settings
         lit = {p.plain[s.start:s.end] for p in prompts for s in p.spans if str(s.style) == HIT_STYLE}
         assert "été" in lit and {w.lower().replace("é", "e") for w in lit} == {"ete"}  # the hits lit, and only they
         await pilot.press("down", "enter")
-        assert app.session.id == hits[0].chat_id and app.selected == hits[0].position
+        assert app.session.id == hits[0].chat_id and app.chat_view.chat_log.selected == hits[0].position
         await pilot.press("ctrl+l")
         app.screen.query_one("#chat-search").value = "猫"
         await pilot.pause()
@@ -158,7 +158,7 @@ async def test_copying_any_code_block(settings):
         app.session.add_user("and one more?")
         app.session.turns.append(ReplyRecord(segments=[("```\nonly\n```", "target")], tokens=[1],
                                                   finish_reason="stop"))
-        app.show_turns()
+        app.chat_view.chat_log.show_turns()
         copied = []
         app.copy_to_clipboard = copied.append
         await pilot.press("ctrl+k")  # the last reply has one block: copied at once
@@ -235,11 +235,11 @@ async def test_a_refused_edit_and_a_stale_selection_in_the_app(settings):
         await wait_until(pilot, lambda: app.busy is None and any("context holds" in n for n in notices(app)))
         await pilot.pause()  # the views the chat drew again replace the old ones at the next refresh
         assert texts(app.session) == before and shown_messages(app) == before and versions_shown(app) == []
-        assert prompt.text == huge and app.editing == 0  # still the edit, to shorten
+        assert prompt.text == huge and app.chat_view.column.prompt.editing == 0  # still the edit, to shorten
         await pilot.press("escape")
-        assert prompt.text == "" and app.editing is None
+        assert prompt.text == "" and app.chat_view.column.prompt.editing is None
         await pilot.press("alt+up", "alt+e", "ctrl+n")  # a message selected, an edit begun: then another chat
-        assert app.selected is None and app.editing is None and prompt.text == ""
+        assert app.chat_view.chat_log.selected is None and app.chat_view.column.prompt.editing is None and prompt.text == ""
         await ask(pilot, "Hi!")
         for key in ("alt+e", "ctrl+k", "alt+f", "alt+left"):  # nothing of the old chat's selection is left to crash
             await pilot.press(key)

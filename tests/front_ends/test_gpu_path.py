@@ -15,7 +15,7 @@ import pytest
 from helpers import cli, notices, ready, run_repl, wait_until, SIZE
 from gguf_fixtures import write_variant
 from specchat.app.chat_app import make_app
-from specchat.app.screens import ProfileScreen
+from specchat.app.screens.modals import ProfileScreen
 from specchat.backends import server_build
 from specchat.backends.offload import backends_of, in_process_build
 from specchat.profiles.plan import cpu_repacks_weights
@@ -71,7 +71,7 @@ async def test_the_app_says_it_in_a_notice_the_sidebar_and_the_picker(settings, 
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         assert any(CPU_ONLY in notice for notice in notices(app))
-        await wait_until(pilot, lambda: "this llama.cpp is a CPU-only build" in " ".join(app.sidebar.plain.split()))
+        await wait_until(pilot, lambda: "this llama.cpp is a CPU-only build" in " ".join(app.chat_view.sidebar.plain.split()))
         screen = ProfileScreen(None, "tiny")
         app.push_screen(screen)
         await wait_until(pilot, lambda: screen.plans)

@@ -20,7 +20,7 @@ from prompt_toolkit.document import Document
 from specchat import paths
 from specchat.app.chat_app import make_app
 from specchat.app.settings import Settings
-from specchat.app.widgets.reply import ReplyView
+from specchat.app.chat.reply import ReplyView
 from specchat.chats.store import Store
 from specchat.chats.store_rows import StoredMessage
 from specchat.colours import PROVENANCE

@@ -91,7 +91,7 @@ async def test_the_app_on_a_first_start_says_that_it_derives_the_draft(tmp_path)
                         exports=tmp_path / "exports", max_tokens=4, last_profile=tmp_path / "last-profile")
     async with make_app(settings).run_test(size=(120, 40)) as pilot:
         statuses = await statuses_while_loading(pilot, every=0.05)
-        sidebar = pilot.app.sidebar.plain
+        sidebar = pilot.app.chat_view.sidebar.plain
     deriving = [s for s in statuses if s.startswith(embedded.DERIVING)]
     assert deriving and deriving[-1].endswith(" %")  # the status line said it while the load went on
     assert statuses[-1] == "" and embedded.DERIVING not in sidebar  # once loaded, the line is gone

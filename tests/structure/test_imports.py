@@ -15,7 +15,7 @@ BASE = {"specchat", "specchat.errors", "specchat.paths", "specchat.text", "specc
 LAZY = {  # the modules that import inside a function, and why
     "specchat.cli.ask", "specchat.cli.chat", "specchat.cli.chats", "specchat.cli.doctor", "specchat.cli.profiles",
     "specchat.cli.repl", "specchat.cli.replay", "specchat.cli.server",  # a command loads only what it runs: `specchat --help` stays quick
-    "specchat.app.screens",  # the draft search runs when the picker asks for it
+    "specchat.app.screens.modals",  # the draft search runs when the picker asks for it
     "specchat.bench.report", "specchat.bench.peers.llama_cpp_python",  # NVML and the CPU probe, for a run that needs them
     "specchat.engine.compat",  # llama.cpp's loader, only where a GGUF header cannot answer
     "specchat.profiles.models",  # deriving the embedded draft loads llama.cpp's quantizer, only when asked for
@@ -105,14 +105,10 @@ def rings(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# The one ring left: the app's mixins and the host protocol they share with SpecchatApp — to go when the app is widgets
-# that own their state (issue #49), and only then to leave this list.
-STILL_RINGED = [["specchat.app.chat_actions", "specchat.app.chat_app", "specchat.app.editing", "specchat.app.host",
-                 "specchat.app.inspecting", "specchat.app.streaming", "specchat.app.switching"]]
 
 
-def test_no_module_imports_itself_back_but_the_ring_still_listed():
-    assert rings({name: set().union(*imports(name)) for name in MODULES}) == STILL_RINGED
+def test_no_module_imports_itself_back():
+    assert rings({name: set().union(*imports(name)) for name in MODULES}) == []
 
 
 def test_imports_inside_functions_are_only_the_listed_ones():

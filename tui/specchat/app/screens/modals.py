@@ -15,12 +15,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
-from ..errors import SpecchatError
-from ..profiles import Profile, available_profiles, load_profile
-from ..profiles.plan import plan
-from ..profiles.presence import absent_models
-from ..chats.ab import ABResult
-from .keymap import ALL_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS
+from ...errors import SpecchatError
+from ...profiles import Profile, available_profiles, load_profile
+from ...profiles.plan import plan
+from ...profiles.presence import absent_models
+from ...chats.ab import ABResult
+from ..keymap import ALL_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS, Keys
 
 CLOSE = [Binding("escape", "dismiss_screen", "Close", id="close_modal", tooltip="Close this dialog")]
 
@@ -35,9 +35,9 @@ class _Modal(ModalScreen):
 class HelpScreen(_Modal):
     BINDINGS = CLOSE + [Binding("f1", "dismiss_screen", "Close", id="close_help", show=False)]
 
-    def __init__(self, keymap: Path) -> None:
+    def __init__(self, keymap: Path, keys: Keys) -> None:
         super().__init__()
-        self.keymap = keymap
+        self.keymap, self.keys = keymap, keys
 
     def compose(self) -> ComposeResult:
         table = Table(expand=True, show_edge=False)
@@ -49,16 +49,16 @@ class HelpScreen(_Modal):
             if binding in favourites[1:]:
                 continue
             if binding is favourites[0]:  # nine keys of one kind: one row
-                keys = [self.app.binding_key(b.id) for b in favourites]
+                keys = [self.keys.of(b.id) for b in favourites]
                 as_made = keys == [b.key for b in favourites]  # alt+1 … alt+9, or the keys a keymap gave them
                 table.add_row(f"{keys[0]} … {keys[-1]}" if as_made else " ".join(keys), Text("Favourite profiles 1–9 ([favourites] profiles = [...] in settings.toml)"),
                               f"{favourites[0].id} … {favourites[-1].id}")
                 continue
-            key = self.app.binding_key(binding.id)
+            key = self.keys.of(binding.id)
             table.add_row(key, binding.tooltip or binding.description, binding.id)
         for where, bindings in (("inspector", INSPECTOR_BINDINGS), ("replay", REPLAY_BINDINGS)):
             for binding in bindings:
-                table.add_row(self.app.binding_key(binding.id), f"{where}: {binding.tooltip}", binding.id)
+                table.add_row(self.keys.of(binding.id), f"{where}: {binding.tooltip}", binding.id)
         note = Text(f"\nRemap any key in {self.keymap}, e.g.\n", style="dim")
         note.append('[keys]\nab_compare = "f10"\n', style="")
         # Longer than a terminal is tall: it scrolls (↑ ↓, PgUp PgDn, Home End), and says how it closes.
@@ -227,9 +227,9 @@ class ProfileScreen(_Modal):
     def _drafts(self) -> list[Option]:
         if self.target is None:
             return [Option(Text("load a target first", style="dim"), disabled=True)]
-        from ..profiles import models
-        from ..profiles.drafts import draft_candidates
-        from ..profiles.embedded import draft_path
+        from ...profiles import models
+        from ...profiles.drafts import draft_candidates
+        from ...profiles.embedded import draft_path
 
         try:
             pool = models.discover() + [draft_path()]

@@ -42,6 +42,9 @@ class PromptInput(TextArea):
         self.prompts: list[str] = []
         self._recall = 0
         self._max_paste = max_paste
+        self.editing: int | None = None  # the user turn whose text the prompt holds, to send in its place
+        self.edit_sent: int | None = None  # the turn the exchange in progress edits (an edit refused stays one)
+        self._before_edit = ""  # what the prompt held before the edit, given back by Esc
 
     def render_line(self, y: int) -> Strip:
         # A layout pass can squeeze the prompt to no width (the sidebar collapses only after the resize that calls for
@@ -78,6 +81,30 @@ class PromptInput(TextArea):
         self.border_title = None
         self.remove_class("waiting")
         return self.text
+
+    def begin_edit(self, index: int, text: str) -> None:
+        """The prompt holds message ``index``'s text, to send in its place."""
+        if self.editing is None:
+            self._before_edit = self.text
+        self.editing = index
+        self.load_text(text)
+        self.move_cursor(self.document.end)
+        self.focus()
+
+    def take_edit(self) -> int | None:
+        """The message being edited, now being sent (None: no edit in progress)."""
+        index, self.editing = self.editing, None
+        if index is not None:
+            self.edit_sent = index
+        return index
+
+    def cancel_edit(self) -> bool:
+        """Esc while editing: the prompt holds what it held before; False when no edit is in progress."""
+        if self.editing is None:
+            return False
+        self.load_text(self._before_edit)
+        self.editing = None
+        return True
 
     def action_submit(self) -> None:
         if self.waiting:

@@ -18,7 +18,7 @@ from textual.widgets import Collapsible, Markdown, Static
 from ...chats.records import ReplyRecord
 from ...colours import GHOST_STYLE, PROVENANCE, STYLES
 from ...figures import looped
-from .text_lines import TextLines
+from ..text_lines import TextLines
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 FINISH_LABELS = {"cancelled": "⏹ cancelled", "context_full": "context full", "length": "stopped at the token limit",

@@ -18,9 +18,9 @@ from textual.containers import Vertical
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from ..chats.search import Hit
-from ..chats.store import Store, StoreError
-from .screens import CLOSE, ConfirmScreen, _Modal
+from ...chats.search import Hit
+from ...chats.store import Store, StoreError
+from .modals import CLOSE, ConfirmScreen, _Modal
 
 T = TypeVar("T")
 HIT_STYLE = "bold reverse"

@@ -9,11 +9,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from ..chats.records import ReplyRecord
-from ..chats.replay import Replay, step_lines
-from .keymap import REPLAY_BINDINGS
-from .widgets.reply import SELECTED, ProvenanceLines
-from .widgets.sidebar import ProfileInfo, Sidebar
+from ...chats.records import ReplyRecord
+from ...chats.replay import Replay, step_lines
+from ..keymap import REPLAY_BINDINGS
+from ..chat.reply import SELECTED, ProvenanceLines
+from ..sidebar.sidebar import ProfileInfo, Sidebar
 
 NOT_KEPT = "not kept with a stored reply (the live sidebar measured it)"
 

@@ -13,7 +13,7 @@ from ...engine.events import DraftSource
 from ...telemetry.live import LiveTelemetry
 from ...telemetry.memory import GpuMemory, GpuUnavailable
 from ...figures import DASH, ESTIMATE, mb, num, pct
-from .text_lines import TextLines
+from ..text_lines import TextLines
 
 BAR = "█"
 SPARK_LEVELS = " ▁▂▃▄▅▆▇█"

@@ -1,0 +1,1 @@
+"""Screens pushed over the chat: the modal dialogs, the chat list, a reply's replay."""
