@@ -23,7 +23,7 @@ from terminal_png import svg_to_png
 
 from specchat.app.chat_app import make_app
 from specchat.app.settings import Settings
-from specchat.app.widgets.prompt import PromptInput
+from specchat.app.chat.prompt import PromptInput
 
 HERE = Path(__file__).parent
 PROMPT = "Write a Python function that checks whether a word is a palindrome, with a short docstring."
@@ -54,8 +54,8 @@ async def main() -> None:
             save(app, "empty")
             app.query_one(PromptInput).load_text(PROMPT)
             await pilot.press("enter")
-            await until(pilot, lambda: app.last_reply is not None and len(app.last_reply.segments) >= 40)
-            app.refresh_sidebar()
+            await until(pilot, lambda: app.chat_view.chat_log.last_reply is not None and len(app.chat_view.chat_log.last_reply.segments) >= 40)
+            app.chat_view.sidebar.redraw()
             save(app, "streaming")
             await until(pilot, lambda: app.busy is None)
             await pilot.pause(0.3)
@@ -67,7 +67,7 @@ async def main() -> None:
             save(app, "finished-markdown")
             await pilot.press("f3", "f8")  # the inspector, moved with the arrows to the reply's last correction
             await pilot.pause(0.2)
-            kinds = [kind for _, kind in app.last_reply.segments]
+            kinds = [kind for _, kind in app.chat_view.chat_log.last_reply.segments]
             correction = max(i for i, kind in enumerate(kinds) if kind == "corrected")
             await pilot.press(*["left"] * (len(kinds) - 1 - correction))
             await pilot.pause(0.2)
@@ -76,11 +76,11 @@ async def main() -> None:
             await pilot.pause(0.3)
             save(app, "replay")
             await pilot.press("escape", "escape", "ctrl+t")  # speculation off by hand: the same target, nothing reloads
-            await until(pilot, lambda: app.busy is None and "switched off by hand" in app.sidebar.plain)
+            await until(pilot, lambda: app.busy is None and "switched off by hand" in app.chat_view.sidebar.plain)
             await pilot.pause(0.3)
             save(app, "toggled-off")
             await pilot.press("ctrl+t")
-            await until(pilot, lambda: app.busy is None and "switched off by hand" not in app.sidebar.plain)
+            await until(pilot, lambda: app.busy is None and "switched off by hand" not in app.chat_view.sidebar.plain)
             await pilot.press("f2")
             await pilot.pause(0.5)
             save(app, "profile-picker")
@@ -160,12 +160,12 @@ async def everyday() -> None:
             for question in ("Write a haiku about tea.", "And one about coffee?"):
                 app.query_one(PromptInput).load_text(question)
                 await pilot.press("enter")
-                await until(pilot, lambda: app.busy is None and app.conversation.last_reply is not None
-                            and app.conversation.last_reply.finish_reason is not None)
+                await until(pilot, lambda: app.busy is None and app.session.last_reply is not None
+                            and app.session.last_reply.finish_reason is not None)
             await pilot.press("alt+up", "alt+up", "alt+up", "alt+up", "alt+e")
             app.query_one(PromptInput).load_text("Write a haiku about the sea.")
             await pilot.press("enter")
-            await until(pilot, lambda: app.busy is None and app.conversation.last_reply.finish_reason is not None)
+            await until(pilot, lambda: app.busy is None and app.session.last_reply.finish_reason is not None)
             await pilot.press("alt+up", "alt+up")
             await pilot.pause(0.3)
             save(app, "versions")

@@ -231,6 +231,24 @@ async def test_restart_finds_the_chat_with_its_colours_and_exports(settings):
         assert "Name two planets." in exported[1].read_text()
 
 
+async def test_a_reopened_chat_keeps_its_profile_until_the_one_asked_for_is_loaded(settings):
+    """The last chat reopens under the profile it was stored with; the one asked for becomes its profile once it is
+    loaded, saved with the chat's next message. (Named after the chat reopened, the asked one hid that switch from the
+    store: the row kept the old name.)"""
+    store = Store(settings.db_path)
+    chat = store.create("a chat under ngram", "ngram", None)
+    store.close()
+    async with make_app(dataclasses.replace(settings, autoload=False)).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await pilot.pause()
+        assert app.session.id == chat and app.session.profile == "ngram"
+        app.chat_view.switchboard.start_load("tiny")
+        await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
+        assert app.session.profile == "tiny"
+        await ask(pilot, "Hi!")
+        assert Store(settings.db_path).get(chat).profile == "tiny"
+
+
 @pytest.mark.recorded
 async def test_ab_compare_reruns_without_speculation(settings):
     async with make_app(settings).run_test(size=SIZE) as pilot:

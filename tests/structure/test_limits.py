@@ -60,7 +60,8 @@ def test_no_class_has_over_30_methods():
 def test_the_app_is_widgets_not_mixins():
     """Every class of the app derives from one class — a Textual widget, screen or message, or one of its own — so
     its state is its own (issue #49: the app was one class in six, sharing state through ``self``). The one shared
-    base is ``TextLines``, how the reply and the sidebar draw their lines; and nothing re-declares the App's API."""
+    base is ``TextLines``, how the reply and the sidebar draw their lines; and no protocol re-declares the App's API
+    for them to share (the ``AppHost`` that was)."""
     mixed = {f"{path} {node.name}": [ast.unparse(base) for base in node.bases]
              for path, tree in SOURCES.items() if path.startswith("app/") for node in ast.walk(tree)
              if isinstance(node, ast.ClassDef) and len(node.bases) > 1

@@ -26,7 +26,7 @@ from ..telemetry.live import LiveTelemetry
 from .chat_database import ChatDatabase
 from .chat_view import ChatView
 from .jobs import Jobs
-from .keymap import APP_BINDINGS, Keys, load_keymap
+from .keymap import APP_BINDINGS, BoundKeys, load_keymap
 from .priority import lower_ui_priority
 from .screens.modals import HelpScreen
 from .settings import Settings
@@ -54,7 +54,7 @@ class SpecchatApp(App):
                                          max_tokens=self.settings.max_tokens)
         self.replies = Replies(self.controller, lambda error: self.post_message(self.EngineFailed(error)))
         self.jobs = Jobs(self.replies, lambda: self.chat_view.sidebar.redraw())
-        self.keys = Keys(self)
+        self.keys = BoundKeys(self)
         self.chat_view = ChatView(self.controller, self.jobs, self.keys, self.settings)
 
     def compose(self) -> ComposeResult:
@@ -98,15 +98,17 @@ class SpecchatApp(App):
             self.set_keymap(self.keys.remapped)
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=10)
-        # The chat to start on (its view is mounted by now, composed before the app mounts): the last one reopened
-        # from the database, the profile asked for named in the sidebar until it loads.
-        ChatDatabase(self, self.settings, self.controller, self.replies, self.chat_view.chat_log.show_turns).open()
+        # The chat to start on (its view is mounted by now, composed before the app mounts): the profile asked for,
+        # named in the sidebar until it loads — and the last chat reopened, which keeps the profile it was stored with.
+        database = ChatDatabase(self, self.settings, self.controller, self.replies, self.chat_view.chat_log.show_turns)
+        database.open()
         try:
             named = load_profile(self.settings.profile)  # shown until its models are loaded
             self.chat_view.sidebar.named = named
             self.session.profile = named.name
         except SpecchatError as exc:
             self.notify(str(exc), severity="error", timeout=15)
+        database.resume()
         if self.settings.start_note:
             self.notify(self.settings.start_note, severity="warning", timeout=15)
         if self.settings.autoload:

@@ -25,9 +25,8 @@ class ChatDatabase:
         self.chat_opened = chat_opened
 
     def open(self) -> None:
-        """The session's store, and the last chat reopened when the settings say so."""
+        """The session's store (None for now while another process holds its lock)."""
         self.controller.session.store = self._open_now()
-        self._resume()
 
     def _open_now(self) -> Store | None:
         """The chat database; while another process holds its write lock, None for now: it opens on a thread of its
@@ -60,10 +59,11 @@ class ChatDatabase:
         if session.turns:
             session.save()
         else:
-            self._resume()
+            self.resume()
         self.replies.submit(self.controller.switcher.store_opened)
 
-    def _resume(self) -> None:
+    def resume(self) -> None:
+        """The last chat reopened, when the settings say so."""
         store = self.controller.session.store
         if not self.settings.resume or store is None:
             return

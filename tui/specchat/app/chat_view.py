@@ -1,6 +1,6 @@
-"""The chat view, all the app's main screen holds: the main row (``switchboard.py``: the chat column and the sidebar)
-over the footer, and the chats as a whole — a new one, another opened from the chat list (at the message a search found), one renamed, exported,
-or given a system prompt.
+"""The chat view, all the app's main screen holds: the main row (``switchboard.py``: the chat column and the
+sidebar) over the footer, and the chats as a whole — a new one, one forked from this one, another opened from the
+chat list (at the message a search found), one renamed, exported, or given a system prompt.
 
 The chat controller opens, renames and exports; the view asks and redraws.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.events import Resize
+from textual.widget import Widget
 from textual.containers import Vertical
 
 from ..chats.controller import ChatController
@@ -18,7 +19,7 @@ from .chat.column import ChatColumn
 from .chat.log import ChatLog
 from .footer import Footer
 from .jobs import Jobs
-from .keymap import Keys
+from .keymap import BoundKeys
 from .screens.chat_list import ConversationsScreen
 from .screens.modals import SystemPromptScreen
 from .settings import Settings
@@ -27,7 +28,7 @@ from .switchboard import Switchboard
 
 
 class ChatView(Vertical):
-    def __init__(self, controller: ChatController, jobs: Jobs, keys: Keys, settings: Settings) -> None:
+    def __init__(self, controller: ChatController, jobs: Jobs, keys: BoundKeys, settings: Settings) -> None:
         super().__init__(id="chat-view")
         self.controller, self.jobs, self.settings = controller, jobs, settings
         self.switchboard = Switchboard(controller, jobs, keys, settings)
@@ -36,9 +37,9 @@ class ChatView(Vertical):
         yield self.switchboard
         yield Footer()
 
-    def region_named(self, name: str) -> ChatView | Switchboard | ChatColumn | ChatLog:
+    def region_named(self, name: str) -> Widget:
         """The region whose id is ``name`` (``keymap.py``'s keys name the one that carries each out)."""
-        return self if name == self.id else self.query_one(f"#{name}", Switchboard | ChatColumn | ChatLog)
+        return self if name == self.id else self.query_one(f"#{name}")
 
     @property
     def column(self) -> ChatColumn:
@@ -73,9 +74,6 @@ class ChatView(Vertical):
         self.chat_log.selected = None
         self.chat_log.show_turns()
         self.sidebar.redraw()
-
-    def on_chat_log_forked(self) -> None:
-        self.show_chat()
 
     def on_chat_log_changed(self) -> None:
         self.sidebar.redraw()
@@ -137,6 +135,24 @@ class ChatView(Vertical):
             self.notify(one_line(exc), severity="error")
             return
         self.show_chat()
+
+    def action_fork_chat(self) -> None:
+        if not self.chat_log.idle_or_say():
+            return
+        index = self.chat_log.chosen()
+        if index is None:
+            self.notify("nothing to fork yet — ask something first", severity="warning")
+            return
+        before = self.controller.session.title
+        try:
+            self.controller.fork(index)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        self.show_chat()
+        private = " — private, as the chat it came from: never drafted from in another chat" \
+            if self.controller.session.private else ""
+        self.notify(f"new chat with messages 1 … {index + 1} of {before!r} (which is kept as it was){private}")
 
     def action_export(self) -> None:
         self._export(None)

@@ -45,7 +45,7 @@ APP_BINDINGS = [
     Binding("alt+left", "on('chat', 'version(-1)')", "Version before", id="version_previous", show=False, tooltip="Show the version before of the selected message (‹): another edit, another answer"),
     Binding("alt+right", "on('chat', 'version(1)')", "Version after", id="version_next", show=False, tooltip="Show the version after of the selected message (›)"),
     Binding("alt+e", "on('chat-column', 'edit_message')", "Edit", id="edit_message", show=False, tooltip="Edit the selected message (or your last one) in the prompt and send it again; the old version is kept"),
-    Binding("alt+f", "on('chat', 'fork_chat')", "Fork", id="fork_chat", show=False, tooltip="A new chat with this one's messages up to the selected one (or all of them)"),
+    Binding("alt+f", "on('chat-view', 'fork_chat')", "Fork", id="fork_chat", show=False, tooltip="A new chat with this one's messages up to the selected one (or all of them)"),
     Binding("alt+d", "on('chat', 'delete_message')", "Delete", id="delete_message", show=False, tooltip="Delete the selected message and every message after it (asks first)"),
     Binding("ctrl+n", "on('chat-view', 'new_chat')", "New chat", id="new_chat", tooltip="Start a new conversation"),
     Binding("ctrl+l", "on('chat-view', 'conversations')", "Chats", id="conversations", tooltip="Open, rename, delete or export conversations"),
@@ -89,7 +89,7 @@ APP_BINDINGS = [
 ALL_BINDINGS = APP_BINDINGS + INPUT_BINDINGS
 
 
-class Keys:
+class BoundKeys:
     """The key bound to each binding id now: the app's, as its main screen has them (a keymap may have moved them),
     else the inspector's or the replay's as the keymap read at start has them."""
 

@@ -24,7 +24,7 @@ from ..errors import SpecchatError
 from ..profiles.favourites import favourite
 from .chat.column import ChatColumn
 from .jobs import Jobs
-from .keymap import Keys
+from .keymap import BoundKeys
 from .priority import settle_garbage
 from .screens.modals import ABScreen, ProfileScreen
 from .settings import Settings, remember_profile
@@ -55,7 +55,7 @@ class Switchboard(Horizontal):
             super().__init__()
             self.result, self.error = result, error  # no result: cancelled, or the error says why
 
-    def __init__(self, controller: ChatController, jobs: Jobs, keys: Keys, settings: Settings) -> None:
+    def __init__(self, controller: ChatController, jobs: Jobs, keys: BoundKeys, settings: Settings) -> None:
         super().__init__(id="main")
         self.controller, self.jobs, self.settings = controller, jobs, settings
         self.sidebar = LiveSidebar(controller, jobs, keys, settings.memory)

@@ -24,7 +24,7 @@ from ...chats.replies import Activity, Frame
 from ...errors import SpecchatError
 from ...figures import DASH
 from ..jobs import Jobs
-from ..keymap import Keys
+from ..keymap import BoundKeys
 from ..priority import settle_garbage
 from ..screens.replay_screen import ReplayScreen
 from .inspector import Inspector
@@ -42,16 +42,18 @@ class ChatColumn(Vertical):
     class FrameArrived(Message):
         """A reply's events of one frame, in its record and telemetry already (``Replies.frame``)."""
 
+        bubble = False  # five a second while a reply streams: the column draws them, nobody above it
+
         def __init__(self, frame: Frame) -> None:
             super().__init__()
             self.frame = frame
 
-    def __init__(self, controller: ChatController, jobs: Jobs, keys: Keys, max_paste: int,
+    def __init__(self, controller: ChatController, jobs: Jobs, keys: BoundKeys, max_paste: int,
                  drawn: Callable[[bool], None]) -> None:
         """``drawn``: told when the reply on screen moved on (a frame, its end, its failure), and whether it is over
         — the sidebar's figures move with it."""
         super().__init__(id="chat-column")
-        self.controller, self.jobs, self.keys, self.drawn = controller, jobs, keys, drawn
+        self.controller, self.jobs, self.drawn = controller, jobs, drawn
         self.inspector = Inspector(lambda: list(self.query("ReplyView, UserMessage")), lambda: self.prompt.focus())
         self.chat_log = ChatLog(controller, jobs, keys, self.inspector)
         self.prompt = PromptInput(max_paste=max_paste)
@@ -171,11 +173,13 @@ class ChatColumn(Vertical):
             view.refresh_view()
             if frame.finished is not None:
                 view.set_markdown(self.chat_log.markdown)
-        if frame.finished is not None:
+        if frame.finished is None:
+            self.drawn(False)
+        else:
             self.streaming(False)
             self.jobs.done()
-            settle_garbage()
-        self.drawn(frame.finished is not None)
+            self.drawn(True)
+            settle_garbage()  # after memory was read: as after a load
         self.chat_log.follow()
 
     def _reply_failed(self, failure: Failure) -> None:

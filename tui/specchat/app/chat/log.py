@@ -1,7 +1,7 @@
 """The chat log: a widget per turn of the chat on screen, the selected message (alt+up / alt+down), its versions
-("‹ 2/3 ›"), forking and deleting from it, copying a reply's code block, and how replies are drawn (ghosts, Markdown).
+("‹ 2/3 ›"), deleting from it, copying a reply's code block, and how replies are drawn (ghosts, Markdown).
 
-The chat controller does the work (the REPL's /branch, /fork and /delete call the same methods); the log says what
+The chat controller does the work (the REPL's /branch and /delete call the same methods); the log says what
 is selected and redraws. Nothing here runs while a reply streams (``Jobs.why_busy``).
 """
 
@@ -15,7 +15,7 @@ from ...chats.records import ReplyRecord, UserTurn
 from ...chats.session import ChatSession
 from ...errors import SpecchatError
 from ..jobs import Jobs
-from ..keymap import Keys
+from ..keymap import BoundKeys
 from ..screens.modals import CodeBlockScreen, ConfirmScreen
 from .inspector import Inspector
 from .reply import ReplyView, UserMessage, code_blocks
@@ -27,10 +27,7 @@ class ChatLog(VerticalScroll):
     class Changed(Message):
         """Messages of the chat on screen were deleted: what the sidebar counts of it changed."""
 
-    class Forked(Message):
-        """A new chat, forked from this one, is the chat on screen now."""
-
-    def __init__(self, controller: ChatController, jobs: Jobs, keys: Keys, inspector: Inspector) -> None:
+    def __init__(self, controller: ChatController, jobs: Jobs, keys: BoundKeys, inspector: Inspector) -> None:
         super().__init__(id="chat")
         self.controller, self.jobs, self.keys = controller, jobs, keys
         self.inspector = inspector  # it explains one of the log's replies: closed when that reply goes
@@ -171,7 +168,7 @@ class ChatLog(VerticalScroll):
             self.notify(why, severity="warning")
         return why is None
 
-    # -- versions, fork, delete, copy ----------------------------------------------------------------------------------
+    # -- versions, delete, copy ----------------------------------------------------------------------------------------
 
     def action_version(self, step: int) -> None:
         if not self.idle_or_say():
@@ -192,24 +189,6 @@ class ChatLog(VerticalScroll):
         self.selected = index
         self.show_turns()
         self.notify(f"message {index + 1}: version {shown} of {count}")
-
-    def action_fork_chat(self) -> None:
-        if not self.idle_or_say():
-            return
-        index = self.chosen()
-        if index is None:
-            self.notify("nothing to fork yet — ask something first", severity="warning")
-            return
-        before = self.session.title
-        try:
-            self.controller.fork(index)
-        except SpecchatError as exc:
-            self.notify(str(exc), severity="warning")
-            return
-        self.post_message(self.Forked())
-        private = " — private, as the chat it came from: never drafted from in another chat" \
-            if self.session.private else ""
-        self.notify(f"new chat with messages 1 … {index + 1} of {before!r} (which is kept as it was){private}")
 
     def action_delete_message(self) -> None:
         if not self.idle_or_say():

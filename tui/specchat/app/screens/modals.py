@@ -20,7 +20,7 @@ from ...profiles import Profile, available_profiles, load_profile
 from ...profiles.plan import plan
 from ...profiles.presence import absent_models
 from ...chats.ab import ABResult
-from ..keymap import ALL_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS, Keys
+from ..keymap import ALL_BINDINGS, INSPECTOR_BINDINGS, REPLAY_BINDINGS, BoundKeys
 
 CLOSE = [Binding("escape", "dismiss_screen", "Close", id="close_modal", tooltip="Close this dialog")]
 
@@ -35,7 +35,7 @@ class _Modal(ModalScreen):
 class HelpScreen(_Modal):
     BINDINGS = CLOSE + [Binding("f1", "dismiss_screen", "Close", id="close_help", show=False)]
 
-    def __init__(self, keymap: Path, keys: Keys) -> None:
+    def __init__(self, keymap: Path, keys: BoundKeys) -> None:
         super().__init__()
         self.keymap, self.keys = keymap, keys
 

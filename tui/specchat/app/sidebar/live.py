@@ -10,21 +10,18 @@ from ...chats.controller import ChatController
 from ...profiles import Profile
 from ...telemetry.memory import GpuMemory, GpuUnavailable
 from ..jobs import Jobs
-from ..keymap import Keys
+from ..keymap import BoundKeys
 from .sidebar import MemorySnapshot, ProfileInfo, Sidebar
 
 MemoryReader = Callable[[int | None], tuple[GpuMemory | GpuUnavailable, int | None]]
 
 
 class LiveSidebar(Sidebar):
-    def __init__(self, controller: ChatController, jobs: Jobs, keys: Keys, memory: MemoryReader) -> None:
+    def __init__(self, controller: ChatController, jobs: Jobs, keys: BoundKeys, memory: MemoryReader) -> None:
         super().__init__()
         self.controller, self.jobs, self.keys, self.memory = controller, jobs, keys, memory
         self.named: Profile | None = None  # the profile asked for, shown until its models are loaded
         self.memory_snapshot: MemorySnapshot | None = None
-
-    def on_mount(self) -> None:
-        self.redraw()
 
     def redraw(self) -> None:
         facts = self.controller.facts

@@ -234,7 +234,8 @@ class Sidebar(TextLines, ScrollView):
         for _, section_lines in wrapped:
             lines.extend(section_lines)
             lines.append(Text())
-        lines.pop()  # the blank line after the last section
+        if lines:  # (none when a resize comes before the first figures)
+            lines.pop()  # the blank line after the last section
         if force or len(lines) != len(self._lines):
             self._lines = lines
             self._forget()
