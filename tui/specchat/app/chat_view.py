@@ -137,7 +137,7 @@ class ChatView(Vertical):
         self.show_chat()
 
     def action_fork_chat(self) -> None:
-        if not self.chat_log.idle_or_say():
+        if not self.jobs.idle_or_say(self.notify):
             return
         index = self.chat_log.chosen()
         if index is None:

@@ -44,3 +44,10 @@ class Jobs:
         if self.busy is not None:
             return "still answering — press Esc to cancel first"
         return None
+
+    def idle_or_say(self, notify: Callable[..., object]) -> bool:
+        """Whether a new job may start; if not, ``notify`` (a widget's) says why, as a warning."""
+        why = self.why_busy()
+        if why:
+            notify(why, severity="warning")
+        return why is None

@@ -171,9 +171,7 @@ class Switchboard(Horizontal):
     # -- A/B -----------------------------------------------------------------------------------------------------------
 
     def action_ab_compare(self) -> None:
-        why = self.jobs.why_busy()
-        if why:
-            self.notify(why, severity="warning")
+        if not self.jobs.idle_or_say(self.notify):
             return
         try:
             comparison = self.controller.compare()

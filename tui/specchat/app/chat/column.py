@@ -97,7 +97,6 @@ class ChatColumn(Vertical):
             self.notify(why, severity="warning")
             self.prompt.load_text(text)
             return
-        self.prompt.edit_sent = None
         index = self.prompt.take_edit()
         try:
             exchange = self.controller.begin(text) if index is None else self.controller.edit(index, text)
@@ -124,7 +123,7 @@ class ChatColumn(Vertical):
                         severity="warning", timeout=10)
 
     def action_edit_message(self) -> None:
-        if not self.chat_log.idle_or_say():
+        if not self.jobs.idle_or_say(self.notify):
             return
         index = self.chat_log.chosen(user_only=True)
         if index is None:

@@ -162,16 +162,10 @@ class ChatLog(VerticalScroll):
         candidates = [i for i, t in enumerate(turns) if not user_only or isinstance(t, UserTurn)]
         return candidates[-1] if candidates else None
 
-    def idle_or_say(self) -> bool:
-        why = self.jobs.why_busy()
-        if why:
-            self.notify(why, severity="warning")
-        return why is None
-
     # -- versions, delete, copy ----------------------------------------------------------------------------------------
 
     def action_version(self, step: int) -> None:
-        if not self.idle_or_say():
+        if not self.jobs.idle_or_say(self.notify):
             return
         session = self.session
         index = self.still_selected()
@@ -191,7 +185,7 @@ class ChatLog(VerticalScroll):
         self.notify(f"message {index + 1}: version {shown} of {count}")
 
     def action_delete_message(self) -> None:
-        if not self.idle_or_say():
+        if not self.jobs.idle_or_say(self.notify):
             return
         index = self.chosen()
         if index is None:
@@ -202,7 +196,7 @@ class ChatLog(VerticalScroll):
         self.app.push_screen(ConfirmScreen(question), lambda yes: self._delete(index) if yes else None)
 
     def _delete(self, index: int) -> None:
-        if not self.idle_or_say():
+        if not self.jobs.idle_or_say(self.notify):
             return
         try:
             self.controller.delete_from(index)

@@ -92,11 +92,9 @@ class PromptInput(TextArea):
         self.focus()
 
     def take_edit(self) -> int | None:
-        """The message being edited, now being sent (None: no edit in progress)."""
-        index, self.editing = self.editing, None
-        if index is not None:
-            self.edit_sent = index
-        return index
+        """The message being edited, now being sent (None: no edit in progress): the exchange edits it."""
+        self.edit_sent, self.editing = self.editing, None
+        return self.edit_sent
 
     def cancel_edit(self) -> bool:
         """Esc while editing: the prompt holds what it held before; False when no edit is in progress."""
