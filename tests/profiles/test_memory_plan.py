@@ -69,7 +69,7 @@ def test_the_plan_is_within_five_percent_of_what_llama_cpp_allocates(model, targ
     path = target_path if model == "smollm2" else gemma_path
     meta = read_metadata(path)
     loads = in_process_loads(path)
-    repacks = keeps_repacked_copy(load_profile("tiny"), in_process_build())  # the plan's own gate, in-process
+    repacks = keeps_repacked_copy(in_process_build())  # the plan's own gate, in-process
     assert len(loads) == len(CONTEXTS) * len(KV_BYTES_PER_ELEMENT)
     for (n_ctx, kv), (model_mib, kv_mib) in loads.items():
         planned_kv = kv_cache_bytes(meta, n_ctx, kv) / MIB  # in-process: every cell of a sliding layer too

@@ -187,24 +187,29 @@ def test_the_repacked_copy_is_counted_only_for_a_cpu_only_build_made_here(tmp_pa
     from specchat.profiles import plan as planning
 
     monkeypatch.setattr(planning, "cpu_repacks_weights", lambda: True)
-    tiny, server = profiles.load_profile("tiny"), profiles.load_profile("server-tiny")
+    server = profiles.load_profile("server-tiny")
     cpu = LlamaBuild("llama-cpp-python (in-process)", False, ("CPU",))
-    assert planning.keeps_repacked_copy(tiny, cpu)
-    assert not planning.keeps_repacked_copy(tiny, dataclasses.replace(cpu, gpu_offload=True, backends=("CUDA", "CPU")))
-    assert not planning.keeps_repacked_copy(tiny, None)
-    binary = tmp_path / "bin" / "llama-server"
-    binary.parent.mkdir()
-    binary.write_text("#!/bin/sh\n")
-    binary.chmod(0o755)
-    monkeypatch.setenv(ENV, str(binary))
-    ours = LlamaBuild(f"llama-server at {binary}", False, ("CPU",), server=True)
-    assert not planning.keeps_repacked_copy(server, ours)  # no record of where it was built
-    (binary.parent / RECORD).write_text('{"backend": "cpu"}')
-    assert planning.keeps_repacked_copy(server, ours)
-    (binary.parent / RECORD).write_text('{"backend": "cuda"}')
-    assert not planning.keeps_repacked_copy(server, ours)
+    assert planning.keeps_repacked_copy(cpu)
+    assert not planning.keeps_repacked_copy(dataclasses.replace(cpu, gpu_offload=True, backends=("CUDA", "CPU")))
+    assert not planning.keeps_repacked_copy(None)
+
+    def server_built_for(backend: str | None) -> LlamaBuild:
+        """The build the plan reads for server-tiny when its llama-server was built for ``backend`` (None: no
+        record of it beside the binary, as for one from elsewhere)."""
+        binary = tmp_path / str(backend) / "llama-server"
+        binary.parent.mkdir()
+        binary.write_text("#!/bin/sh\n")
+        binary.chmod(0o755)
+        if backend is not None:
+            (binary.parent / RECORD).write_text(f'{{"backend": "{backend}"}}')
+        monkeypatch.setenv(ENV, str(binary))
+        return planning.build_of(server)
+
+    assert not planning.keeps_repacked_copy(server_built_for(None))  # no record of where it was built
+    assert planning.keeps_repacked_copy(server_built_for("cpu"))
+    assert not planning.keeps_repacked_copy(server_built_for("cuda"))
     monkeypatch.setattr(planning, "cpu_repacks_weights", lambda: False)
-    assert not planning.keeps_repacked_copy(tiny, cpu)
+    assert not planning.keeps_repacked_copy(cpu)
 
 
 def test_check_command_passes_for_the_bundled_pair_and_names_failing_rules(tmp_path, target_path):

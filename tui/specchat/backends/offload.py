@@ -29,6 +29,7 @@ class LlamaBuild:
     backends: tuple[str, ...]  # what it was compiled with, as llama.cpp names them ("CUDA", "Vulkan", "Metal", "CPU")
     devices: tuple[str, ...] = ()  # the GPUs it sees, where it says (llama-server --list-devices)
     server: bool = False  # a llama-server binary (rebuilt by ``specchat server build``), not llama-cpp-python
+    compiled_for: str | None = None  # a llama-server's backend as ``specchat server build`` recorded it ("cpu", …)
 
     @property
     def described(self) -> str:
@@ -38,10 +39,10 @@ class LlamaBuild:
         return f"{self.what}: {', '.join(self.backends) or 'backends unknown'} — {where}{seen}"
 
 
-def backends_of(system_info: str) -> tuple[str, ...]:
+def backends_of(info: str) -> tuple[str, ...]:
     """The backends in llama.cpp's system-info line ("CUDA : ARCHS = 890 | … | CPU : SSE3 = 1 | …"): each backend's
     name is followed by " : ", each feature by " = "."""
-    return tuple(dict.fromkeys(re.findall(r"(?:^|\| )([A-Za-z][\w-]*) : ", system_info)))
+    return tuple(dict.fromkeys(re.findall(r"(?:^|\| )([A-Za-z][\w-]*) : ", info)))
 
 
 @functools.cache

@@ -146,7 +146,7 @@ def server_build_info(binary: Path) -> LlamaBuild:
 
 @functools.cache
 def _build_info(binary: Path, _mtime_ns: int, _size: int) -> LlamaBuild:
-    recorded = built_backend(binary.parent)
+    compiled_for = recorded = built_backend(binary.parent)
     try:
         result = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True, timeout=60)
         listed = result.stdout + result.stderr
@@ -157,7 +157,7 @@ def _build_info(binary: Path, _mtime_ns: int, _size: int) -> LlamaBuild:
     devices = tuple(d for d in devices if d.strip() != "(none)")
     backends = tuple(dict.fromkeys([re.sub(r"\d+$", "", d.split(":", 1)[0]) for d in devices] + ["CPU"]))
     what = f"llama-server at {binary}" + (f" (built for {recorded})" if recorded else "")
-    return LlamaBuild(what, bool(devices), backends, devices, server=True)
+    return LlamaBuild(what, bool(devices), backends, devices, server=True, compiled_for=compiled_for)
 
 
 def extract(archive: Path, into: Path) -> None:

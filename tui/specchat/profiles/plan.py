@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 
 from ..backends.offload import LlamaBuild, cpu_only_warning, in_process_build
-from ..backends.server_build import built_backend, find_server, server_build_info
+from ..backends.server_build import find_server, server_build_info
 from ..engine.cpu_probe import extra_buffers_work
 from ..engine.gguf_header import read_metadata
 from ..engine.machine import system_info
@@ -103,20 +103,13 @@ def cpu_repacks_weights() -> bool:
         return False
 
 
-def keeps_repacked_copy(profile: Profile, build: LlamaBuild | None) -> bool:
-    """Whether the build that would run ``profile`` keeps that copy of the layers on the CPU: a CPU-only build here,
+def keeps_repacked_copy(build: LlamaBuild | None) -> bool:
+    """Whether ``build`` (``build_of`` a profile) keeps that copy of the layers on the CPU: a CPU-only build here,
     in-process or a llama-server that ``specchat server build`` compiled here for the CPU. A GPU build puts the CPU's
     layers in its host buffers, which are not repacked; a server binary from elsewhere, or a remote one, is not known
     and not counted."""
-    if build is None or build.gpu_offload:
+    if build is None or build.gpu_offload or (build.server and build.compiled_for != "cpu"):
         return False
-    if build.server:
-        try:
-            binary = find_server(profile.values["backend"].get("binary"))
-        except SpecchatError:
-            return False
-        if built_backend(binary.parent) != "cpu":
-            return False
     return cpu_repacks_weights()
 
 
@@ -171,7 +164,7 @@ def plan(profile: Profile, vram_gb: float | None = None, ram_gb: float | None = 
     pair = planned_models(profile)
     note = cpu_only_warning({m.role: profile.n_gpu_layers(m.role) for m in pair}, build, gpu) if build else ""
     ram = (ram_gb * GB) if ram_gb is not None else ram_bytes()
-    repacks = keeps_repacked_copy(profile, build)
+    repacks = keeps_repacked_copy(build)
     report = FitReport([footprint(m, profile, not note, repacks) for m in pair], vram, ram, margin_gb * GB)
     if not note:
         return MemoryPlan(pair, report, source, build, note, changes(report, profile))
