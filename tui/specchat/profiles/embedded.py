@@ -11,6 +11,7 @@ import json
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 import llama_cpp as lc
@@ -49,20 +50,37 @@ def _source_id(source: Path) -> dict[str, object]:
     return {"source": str(source), "source_size": st.st_size, "source_mtime_ns": st.st_mtime_ns, "ftype": DRAFT_FTYPE}
 
 
+# Drafts this process hashed and found whole, by path, size, mtime, ctime and inode: every profile load, every plan
+# of the F2 picker names the draft, and hashing its 88 MB took 0.2-0.4 s each time. A file changed since has another
+# stat and is hashed again; one written within RACY_S of its hashing is not remembered (as git's index does), since
+# a write inside the same clock tick can leave its times as they were.
+_whole: set[tuple[str, int, int, int, int]] = set()
+RACY_S = 2.0
+
+
 def _is_valid(draft: Path, manifest: Path, source: Path) -> bool:
     try:
         recorded = json.loads(manifest.read_text())
-        return (
-            all(recorded.get(k) == v for k, v in _source_id(source).items())
-            and draft.stat().st_size == recorded["size"]
-            and _sha256(draft) == recorded["sha256"]
-        )
+        if not all(recorded.get(k) == v for k, v in _source_id(source).items()):
+            return False
+        st = draft.stat()
+        if st.st_size != recorded["size"]:
+            return False
+        seen = (str(draft), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        if seen in _whole:
+            return True
+        if _sha256(draft) != recorded["sha256"]:
+            return False
+        if time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 > RACY_S:
+            _whole.add(seen)
+        return True
     except (OSError, ValueError, KeyError):
         return False
 
 
 def draft_path(directory: Path | None = None) -> Path:
-    """The Q2_K self-draft, derived on first use and verified against its manifest before every use."""
+    """The Q2_K self-draft, derived on first use and verified against its manifest before every use (hashed once per
+    process and version of the file)."""
     source = target_path()
     directory = directory or paths.cache_dir()
     draft = directory / DRAFT_FILE
