@@ -114,9 +114,14 @@ class ServerProcess:
     def ensure_running(self) -> None:
         """Before a request: a server that died (killed, crashed) or stopped answering is started again. A killed
         server can still be in the process table while its socket already refuses, so ``/health`` decides."""
-        if not (self.alive and self._answers_health()):
-            self.stop()
-            self.start()
+        if self.alive and self._answers_health():
+            return
+        if self.alive and self.proc is not None:
+            # It does not answer /health: nor will it act on SIGTERM (a stopped process keeps it pending), so it is
+            # killed at once instead of after stop()'s ten-second wait.
+            self.proc.kill()
+        self.stop()
+        self.start()
 
     def last_log_lines(self, n: int = 3) -> list[str]:
         self.log.flush()
