@@ -131,16 +131,28 @@ def shared_copy(source: Path, copy: Path) -> None:
         shutil.copy(source, copy)
 
 
-@pytest.fixture
-def user_cache(tmp_path, draft_path, measured_costs) -> Iterator[Path]:
-    """The isolated user cache with the session's embedded draft in it (instead of deriving it again)."""
-    cache = tmp_path / "home" / ".cache" / "specchat"
+def fill_user_cache(home: Path, draft_path: Path, measured_costs: Path) -> Path:
+    """An isolated user cache under ``home`` with the session's embedded draft in it (instead of deriving it again)."""
+    cache = home / ".cache" / "specchat"
     cache.mkdir(parents=True)
     for f in draft_path.parent.glob(draft_path.name + "*"):
         (shared_copy if f.suffix == ".gguf" else shutil.copy)(f, cache / f.name)
     for f in (measured_costs, REAL_CACHE / "cpu-probe.json"):
         if f.is_file():
             shutil.copy(f, cache / f.name)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def user_cache_in(draft_path, measured_costs) -> Callable[[Path], Path]:
+    """``fill_user_cache`` for a home folder of a wider scope than one test's (a module's stored chats)."""
+    return lambda home: fill_user_cache(home, draft_path, measured_costs)
+
+
+@pytest.fixture
+def user_cache(tmp_path, draft_path, measured_costs) -> Iterator[Path]:
+    """The isolated user cache with the session's embedded draft in it (instead of deriving it again)."""
+    cache = fill_user_cache(tmp_path / "home", draft_path, measured_costs)
     yield cache
     if (cache / measured_costs.name).is_file():
         shutil.copy(cache / measured_costs.name, measured_costs)
@@ -162,10 +174,10 @@ def make_engine(target_path: Path, draft_path: Path) -> Iterator[EngineFactory]:
     engines: list[Engine] = []
 
     def factory(method: str = "none", *, n_ctx: int = 2048, sampling: SamplingParams | None = None,
-                system_prompt: str | None = "You are a helpful assistant.", **spec) -> Engine:
+                system_prompt: str | None = "You are a helpful assistant.", threads: int = THREADS, **spec) -> Engine:
         config = EngineConfig(
-            target=ModelSettings(target_path, threads=THREADS),
-            draft=ModelSettings(draft_path, threads=THREADS) if METHODS[method].draft_model else None,
+            target=ModelSettings(target_path, threads=threads),
+            draft=ModelSettings(draft_path, threads=threads) if METHODS[method].draft_model else None,
             spec=SpecConfig(method, **spec),
             sampling=sampling or SamplingParams(),
             n_ctx=n_ctx,
@@ -207,9 +219,10 @@ def llama_server() -> Path:
         return build(out=built, progress=lambda _line: None) / "llama-server"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def servers(llama_server, target_path, draft_path):
-    """llama-servers already running for a test module (the remote backends of the conformance suite)."""
+    """llama-servers already running (the remote backends of the conformance suite), started once for the whole run:
+    idle, they take no CPU from a test that times the machine."""
     from backend_kinds import Servers
 
     running = Servers(llama_server, target_path, draft_path)
@@ -217,9 +230,10 @@ def servers(llama_server, target_path, draft_path):
     running.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def plain(target_path, draft_path):
-    """In-process plain decoding, what every greedy reply must equal (backend_kinds.PlainDecoding)."""
+    """In-process plain decoding, what every greedy reply must equal (backend_kinds.PlainDecoding): one for the run,
+    so that a reply asked in several files (the conformance suite and its front ends) is decoded once."""
     from backend_kinds import PlainDecoding
 
     reference = PlainDecoding(target_path, draft_path)

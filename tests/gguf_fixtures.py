@@ -6,6 +6,7 @@ is about are changed.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,13 @@ def _scaled_q8_rows(rows: np.ndarray, factor: float) -> np.ndarray:
     return blocks.reshape(rows.shape)
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed(source: Path) -> tuple[gguf.GGUFReader, str, dict[str, tuple]]:
+    """``source`` read once a run: parsing its ~49k token strings again took most of each variant's time."""
+    reader = gguf.GGUFReader(str(source))
+    return reader, bytes(reader.fields["general.architecture"].parts[-1]).decode(), _fields(reader)
+
+
 def write_variant(source: Path, destination: Path, *, set_keys: dict[str, Any] | None = None,
                   drop_keys: tuple[str, ...] = (), tokens: list[str] | None = None,
                   extra_tokens: dict[str, int] | None = None, drop_tokens: int = 0, header_only: bool = False) -> Path:
@@ -56,9 +64,8 @@ def write_variant(source: Path, destination: Path, *, set_keys: dict[str, Any] |
     would have been chosen; ``tokens`` replaces the whole vocabulary (header only). ``header_only`` writes one tiny tensor instead of the weights: enough for llama.cpp to
     read the vocabulary (``vocab_only``), not to run the model.
     """
-    reader = gguf.GGUFReader(str(source))
-    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
-    fields = _fields(reader)
+    reader, arch, parsed = _parsed(source)
+    fields = dict(parsed)  # the token lists are copied below before they change; nothing else is changed in place
     if tokens is not None:
         token_type = [1] * len(tokens)
     else:

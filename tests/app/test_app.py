@@ -19,7 +19,7 @@ from specchat.app.chat.prompt import PromptInput
 from specchat.app.chat.reply import ProvenanceLines, ReplyView, provenance_text
 from specchat.engine.events import TokenEmitted, TokenKind
 from specchat.chats.store import Store
-from helpers import (HELD_LONG_STORY, arrive, ask, kept_messages, models_freed, notices, plain_text, ready, SIZE,
+from helpers import (FOLLOW_UP, HELD_LONG_STORY, arrive, ask, kept_messages, models_freed, notices, plain_text, ready, SIZE,
                      start_long_reply, wait_until)
 
 
@@ -62,9 +62,9 @@ async def test_escape_cancels_and_keeps_the_partial_reply(settings, make_engine)
         assert kept_messages(app.backend)[-1].finish_reason == "cancelled"
         stored = Store(settings.db_path).messages(app.session.id)
         assert stored[-1].finish_reason == "cancelled" and stored[-1].content == view.text
-        follow = await ask(pilot, "Shorter, please.")  # the chat goes on from the kept partial reply
+        follow = await ask(pilot, FOLLOW_UP)  # the chat goes on from the kept partial reply
         assert follow.finish_reason in ("stop", "length", "loop")
-        assert follow.tokens == plain_reply(make_engine, app, "Shorter, please.")
+        assert follow.tokens == plain_reply(make_engine, app, FOLLOW_UP)
 
 
 @pytest.mark.recorded
@@ -80,7 +80,7 @@ async def test_opening_and_closing_the_profile_picker_keeps_no_widgets_alive(set
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         counts = []
-        for _ in range(12):
+        for _ in range(6):  # the leak was 28 widgets each open and close: 4 cycles after the baseline show it
             await pilot.press("f2")
             await wait_until(pilot, lambda: isinstance(app.screen, ProfileScreen))
             await pilot.press("escape")
@@ -696,6 +696,7 @@ async def test_every_engine_call_runs_on_the_engine_thread(settings, monkeypatch
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(Engine, name, recorded)
+    settings.max_tokens = 8  # which thread each call runs on, not what the replies say
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
         await ask(pilot, "Name a colour.")

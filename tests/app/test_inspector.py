@@ -330,7 +330,7 @@ def test_inspect_and_replay_in_the_repl(kind, tmp_path, llama_server, servers):
     profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
     settings = ReplSettings(str(profile), db_path=tmp_path / "chats.sqlite3", max_tokens=32, color=False)
     repl, _, text = run_repl(settings, "/inspect\r", PROMPT + "\r", "/inspect\r", "/inspect 2\r", "/inspect -1\r",
-                             "/inspect 999\r", "/replay 1\r", "/replay\r", "/replay 999\r", CTRL_D)
+                             "/inspect 999\r", "/replay 1\r", "/replay\r", "/replay 999\r", CTRL_D, pace=0.1)
     record = repl.session.last_reply
     assert "no reply to inspect yet" in text
     assert f"the last reply has {len(record.segments)} tokens" in text

@@ -194,7 +194,7 @@ def test_the_commands_in_the_repl(kind, tmp_path, llama_server, servers):
     settings = ReplSettings(str(profile), db_path=tmp_path / "chats.sqlite3", max_tokens=24, color=False)
     keys = ["/spec off\r", "Say hi.\r", "/spec on\r", "/draft +\r", "Say hello.\r", "/draft auto\r",
             "/profile ngram\r", "/profile -\r", CTRL_D]
-    repl, _, text = run_repl(settings, *keys)
+    repl, _, text = run_repl(settings, *keys, pace=0.1)
     assert f"speculation off, by hand: {TOOK[kind]}" in text and "speculation off: " + SWITCHED_OFF_BY_HAND in text
     assert f"speculation on again: {TOOK[kind]}" in text and f"draft length 5: {TOOK[kind]}" in text
     assert "draft length auto: " in text and "profile ngram: " in text

@@ -23,7 +23,7 @@ from backend_kinds import (
 )
 from specchat.app.chat_app import make_app
 from specchat.app.chat.reply import ProvenanceLines, ReplyView
-from helpers import ask as ask_in_app, LIMIT, loop_cut, LOOPS, plain_text, SIZE, wait_until
+from helpers import ask as ask_in_app, FOLLOW_UP, LIMIT, loop_cut, LOOPS, plain_text, SIZE, wait_until
 from specchat.chats.store import Store
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs")
@@ -205,9 +205,6 @@ def answer_after(plain, session, target_id: str, text: str, max_tokens: int):
     return plain.answer(history, text, max_tokens=max_tokens)
 
 
-CONTINUE = "Shorter, please."
-
-
 @pytest.mark.parametrize("kind", KINDS)
 async def test_cancel_then_continue_then_regenerate_in_the_app(kind, tmp_path, settings, llama_server, servers, plain):
     """Esc mid-reply keeps the partial reply; the next turn answers after it, and Ctrl+R answers that turn again —
@@ -224,8 +221,8 @@ async def test_cancel_then_continue_then_regenerate_in_the_app(kind, tmp_path, s
         await wait_until(pilot, lambda: app.busy is None)
         partial = app.session.last_reply
         assert partial.finish_reason == "cancelled" and 8 <= len(partial.segments) < 200
-        follow = await ask(pilot, CONTINUE)
-        expected = answer_after(plain, app.session, app.backend.target_id, CONTINUE, 200)
+        follow = await ask(pilot, FOLLOW_UP)
+        expected = answer_after(plain, app.session, app.backend.target_id, FOLLOW_UP, 200)
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: app.busy is None and app.session.last_reply is not follow
                          and app.session.last_reply.finish_reason)
@@ -247,13 +244,13 @@ def test_cancel_then_continue_then_retry_in_the_repl(kind, tmp_path, user_cache,
 
     profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
     settings = ReplSettings(str(profile), db_path=tmp_path / "chats.sqlite3", max_tokens=200, color=False)
-    keys = ["Write a very long story about a dragon and a knight.\r", f"{CONTINUE}\r", "/retry\r", CTRL_D]
+    keys = ["Write a very long story about a dragon and a knight.\r", f"{FOLLOW_UP}\r", "/retry\r", CTRL_D]
     shell, _, text = run_repl(settings, *keys, during=signal_once_streaming(signal.SIGINT))
     session = shell.session
     partial = session.turns[1]
     assert partial.finish_reason == "cancelled" and 8 <= len(partial.segments) < 200, text
     assert len(session.turns) == 4 and "specchat:" not in text, text
-    expected = answer_after(plain, session, partial.target_id, CONTINUE, 200)
+    expected = answer_after(plain, session, partial.target_id, FOLLOW_UP, 200)
     (replies,) = stored_replies(tmp_path / "chats.sqlite3")
     assert replies[0].finish_reason == "cancelled" and len(replies) == 2
     assert_equal(kind, [replies[1]], [expected])

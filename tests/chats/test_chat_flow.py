@@ -341,7 +341,7 @@ async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_o
     from specchat.app.screens.modals import ABScreen
     from helpers import SIZE, ask, ready, start_long_reply, wait_until
 
-    settings.max_tokens = 300
+    settings.max_tokens = 128
     settings.profile = endless_profile()
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
@@ -353,7 +353,7 @@ async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_o
         assert not isinstance(app.screen, ABScreen) and app.busy is None
         assert any("this one was cancelled" in n for n in notices(app))
         reply = await ask(pilot, LONG)
-        assert reply.finish_reason == "length"  # 300 tokens (loops not stopped): its plain rerun takes seconds
+        assert reply.finish_reason == "length"  # 128 tokens (loops not stopped): its plain rerun takes a second
         await pilot.press("ctrl+b")
         await wait_until(pilot, lambda: app.busy is Activity.COMPARING)
         await pilot.press("escape")
@@ -368,14 +368,14 @@ def test_ctrl_c_during_ab_or_a_profile_switch_does_not_end_the_repl(tmp_path, us
     from helpers import CTRL_D, run_repl
 
     settings = ReplSettings("tiny", db_path=tmp_path / "chats.sqlite3", history_path=tmp_path / "history",
-                            max_tokens=300, color=False)
+                            max_tokens=160, color=False)  # the A/B's plain rerun of 160 tokens outlasts the 0.2 s below
     interrupted = []
 
     def interrupt_the_ab(repl) -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if "A/B: the last prompt again" in repl.text_out.getvalue():
-                time.sleep(0.5)
+                time.sleep(0.2)
                 os.kill(os.getpid(), signal.SIGINT)
                 interrupted.append(True)
                 return

@@ -354,9 +354,10 @@ def test_the_repl_keeps_a_private_chat_and_its_fork_to_themselves(tmp_path, seed
     from specchat.repl.shell import ReplSettings
 
     db, chat = private_vault(tmp_path, seeded)
-    settings = ReplSettings(profile=str(write(tmp_path, "suffix", profile_text("suffix"))), color=False, db_path=db)
+    settings = ReplSettings(profile=str(write(tmp_path, "suffix", profile_text("suffix"))), color=False, db_path=db,
+                            max_tokens=40)  # as the app's and ask's versions of this test
     repl, _, text = run_repl(settings, f"/open {chat}\r", f"{VAULT}\r", "/fork 2\r", f"{VAULT}\r", "/new\r",
-                             f"{VAULT}\r", CTRL_D)
+                             f"{VAULT}\r", CTRL_D, pace=0.1)
     assert "(a private chat: never drafted from in another one)" in text
     assert "— private, as the chat it came from: never drafted from in another chat" in text
     newest = chats(db)

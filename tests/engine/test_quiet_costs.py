@@ -15,6 +15,11 @@ from specchat.engine.draft_length.policies import VerifyCost
 from specchat.engine.draft_length.costs import CostCache, measure_verify_cost, probe_verify_cost
 
 SIZES = (1, 2, 4, 8, 16)
+# An engine timed beside the busy loops decodes with one thread: two threads of ours beside two loops on two cores
+# stall at every barrier (6.6 tok/s against 68 with one, engine/cpu.py), and the sweeps here would take minutes. What
+# is kept or not, and why, is the same at any thread count; a quiet engine that must find a busy one's curve (or not)
+# runs with the same count, since curves are kept per thread count.
+BUSY_THREADS = 1
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +37,7 @@ def busy_loops():
 
 
 def test_a_sweep_timed_beside_busy_loops_serves_this_process_only(make_engine, tmp_path, busy_loops):
-    engine = make_engine("none")
+    engine = make_engine("none", threads=BUSY_THREADS)
     ctx, token = engine.ctx, max(engine.target.bos, 0)
     path = tmp_path / "costs.json"
     calls = []
@@ -95,13 +100,13 @@ def test_after_a_busy_start_the_next_one_on_a_quiet_machine_drafts_again(make_en
     monkeypatch.setattr(paths, "verify_costs_file", lambda: tmp_path / "costs.json")
     loops = BusyLoops()
     try:
-        busy = make_engine("ngram", n_max="auto")
+        busy = make_engine("ngram", n_max="auto", threads=BUSY_THREADS)
         assert any("timed while other processes kept" in note for note in busy.notes)
     finally:
         loops.stop()
     assert not (tmp_path / "costs.json").exists() or not kept_curves(tmp_path / "costs.json")
     costs._busy.clear()  # the next process
-    quiet = make_engine("ngram", n_max="auto")
+    quiet = make_engine("ngram", n_max="auto", threads=BUSY_THREADS)
     assert not any("timed while other processes kept" in note for note in quiet.notes)
     assert kept_curves(tmp_path / "costs.json") and quiet.speculation_state().active
 
@@ -185,7 +190,7 @@ def test_a_curve_timed_in_a_busy_window_is_probed_after_the_first_quiet_reply(ma
     monkeypatch.setattr(paths, "verify_costs_file", lambda: path)
     loops = BusyLoops()
     try:
-        engine = make_engine("ngram", n_max="auto")
+        engine = make_engine("ngram", n_max="auto", threads=BUSY_THREADS)
         assert costs.busy_timings()
         if not engine.speculation_state().active:
             assert "timed while other processes kept the cores busy" in engine.speculation_state().reason

@@ -178,7 +178,7 @@ def test_edit_branch_fork_delete_title_and_search_in_the_repl(kind, tmp_path, us
     repl, _, text = run_repl(settings, FIRST + "\r", SECOND + "\r", "/messages\r", "/edit 1\r",
                              "\x15" + EDITED + "\r", "/branch 1\r", "/branch 1 prev\r", "/retry\r", "/branch 4 prev\r",
                              "/title Planetas y ríos\r", "/fork 2\r", "/delete 2\r", "/search planets\r",
-                             "/edit 9\r", "/branch 1 sideways\r", CTRL_D)
+                             "/edit 9\r", "/branch 1 sideways\r", CTRL_D, pace=0.1)
     assert "editing message 1" in text and "message 1: version 2 of 2" in text
     assert "message 1: version 1 of 2" in text and "message 4: version 1 of 2" in text
     assert "renamed: 'Planetas y ríos'" in text

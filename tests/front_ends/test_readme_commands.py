@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,21 +60,32 @@ def test_the_readme_documents_commands_and_this_test_reads_them_all():
     assert {"specchat profiles templates", "specchat server which", "specchat repl"} <= set(commands)
 
 
+@pytest.fixture(scope="module")
+def stored_chat(tmp_path_factory, user_cache_in) -> Path:
+    """A user's data folder with one chat in it, chatted once through ``specchat repl`` for the commands that read
+    stored chats (each test takes a copy: ``chats private`` changes it)."""
+    root = tmp_path_factory.mktemp("chatted")
+    user_cache_in(root / "home")
+    env = {**os.environ, "HOME": str(root / "home"), "XDG_CONFIG_HOME": str(root / "config"),
+           "XDG_DATA_HOME": str(root / "data")}
+    chatted = subprocess.run([sys.executable, "-m", "specchat", "repl", "--max-tokens", "24"], capture_output=True,
+                             text=True, env=env, timeout=900, input=PROMPT + "\n¿Qué es el código de decodificación?\n")
+    assert chatted.returncode == 0, chatted.stderr
+    return root / "data"
+
+
 @pytest.mark.parametrize("command", [c for c in documented_commands() if c != "specchat"])
-def test_a_documented_command_runs(command, tmp_path, user_cache, llama_server):
+def test_a_documented_command_runs(command, tmp_path, user_cache, llama_server, request):
     line = command.split("|")[0].strip().replace("…", PROMPT)
     argv = shlex.split(line)
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_DATA_HOME": str(tmp_path / "data"),
            "SPECCHAT_LLAMA_SERVER": str(llama_server)}  # the server the tests built, as a user's would be found
     if argv[1:3] != ["server", "build"]:  # building reads the real user cache, where the tests' server was built
         env["HOME"] = str(tmp_path / "home")
-    if "--max-tokens" not in argv and argv[1] == "ask":
+    if "--max-tokens" not in argv and argv[1] in ("ask", "bench"):  # the command runs; a long reply proves no more
         argv += ["--max-tokens", "24"]
     if argv[1] in ("replay", "chats"):  # they read stored chats: one chat first, as a user has (what the search finds)
-        chatted = subprocess.run([sys.executable, "-m", "specchat", "repl", "--max-tokens", "24"], capture_output=True,
-                                 text=True, env=env, timeout=900,
-                                 input=PROMPT + "\n¿Qué es el código de decodificación?\n")
-        assert chatted.returncode == 0, chatted.stderr
+        shutil.copytree(request.getfixturevalue("stored_chat"), tmp_path / "data")
     result = subprocess.run([sys.executable, "-m", "specchat", *argv[1:]], capture_output=True, text=True, env=env,
                             timeout=900, input=PROMPT + "\n")  # what `ask` or `repl` without a prompt answers
     assert "Traceback" not in result.stderr + result.stdout, result.stderr
