@@ -95,3 +95,33 @@ async def test_the_app_on_a_first_start_says_that_it_derives_the_draft(tmp_path)
     deriving = [s for s in statuses if s.startswith(embedded.DERIVING)]
     assert deriving and deriving[-1].endswith(" %")  # the status line said it while the load went on
     assert statuses[-1] == "" and embedded.DERIVING not in sidebar  # once loaded, the line is gone
+
+
+def test_a_draft_found_whole_is_hashed_once_until_the_file_changes(tmp_path, target_path, monkeypatch):
+    """Every load and every plan names the draft: it is hashed once per process and version of the file, and a file
+    changed since (same size, other bytes) is hashed again and found out."""
+    draft = embedded.draft_path(tmp_path)
+    manifest = tmp_path / (draft.name + ".json")
+    hashed: list[Path] = []
+    sha256 = embedded._sha256
+    monkeypatch.setattr(embedded, "_sha256", lambda path: hashed.append(path) or sha256(path))
+    monkeypatch.setattr(embedded, "RACY_S", -1.0)  # as if the file had been written long before its first hashing
+    assert embedded._is_valid(draft, manifest, target_path) and embedded._is_valid(draft, manifest, target_path)
+    assert hashed == [draft]
+    with draft.open("r+b") as fh:  # flipped in place: same size, same inode, new times
+        fh.seek(draft.stat().st_size // 2)
+        fh.write(b"\x00" * 64)
+    assert not embedded._is_valid(draft, manifest, target_path) and hashed == [draft, draft]
+
+
+def test_a_draft_written_within_the_racy_window_is_hashed_again(tmp_path, target_path, monkeypatch):
+    """A write inside the same clock tick as the hashing can leave the file's times as they were: such a file is not
+    remembered as whole."""
+    draft = embedded.draft_path(tmp_path)
+    manifest = tmp_path / (draft.name + ".json")
+    hashed: list[Path] = []
+    sha256 = embedded._sha256
+    monkeypatch.setattr(embedded, "_sha256", lambda path: hashed.append(path) or sha256(path))
+    monkeypatch.setattr(embedded, "RACY_S", 3600.0)
+    assert embedded._is_valid(draft, manifest, target_path) and embedded._is_valid(draft, manifest, target_path)
+    assert hashed == [draft, draft]

@@ -120,3 +120,20 @@ def test_llama_server_caches_a_sliding_window_only_and_the_plan_knows(llama_serv
         planned = kv_cache_bytes(meta, n_ctx, "f16", swa_full=False) / MIB
         assert seen > 0 and abs(planned / seen - 1) <= TOLERANCE, (n_ctx, planned, seen)
     assert kv_cache_bytes(meta, 4096, swa_full=False) < 0.4 * kv_cache_bytes(meta, 4096)  # 27 MiB against 72
+
+
+def test_a_header_is_read_once_per_version_of_the_file(tmp_path, target_path):
+    """The F2 picker plans every profile at each open: a header already read is not parsed again, and a file written
+    since is."""
+    import shutil
+
+    from gguf_fixtures import write_variant
+    from specchat.profiles.plan import header
+
+    path = tmp_path / "model.gguf"
+    shutil.copy(target_path, path)
+    first = header(path)
+    assert header(path) is first and first["general.name"] == read_metadata(target_path)["general.name"]
+    write_variant(target_path, tmp_path / "renamed.gguf", set_keys={"general.name": "another model"})
+    (tmp_path / "renamed.gguf").replace(path)
+    assert header(path)["general.name"] == "another model"
