@@ -12,7 +12,7 @@ from helpers import cli, CTRL_D, run_repl, statuses_while_loading
 
 from specchat import paths
 from specchat.engine.gguf_header import read_metadata
-from specchat.engine import phases
+from specchat.engine import file_version, phases
 from specchat.profiles import embedded
 from specchat.repl.shell import ReplSettings
 
@@ -105,7 +105,7 @@ def test_a_draft_found_whole_is_hashed_once_until_the_file_changes(tmp_path, tar
     hashed: list[Path] = []
     sha256 = embedded._sha256
     monkeypatch.setattr(embedded, "_sha256", lambda path: hashed.append(path) or sha256(path))
-    monkeypatch.setattr(embedded, "RACY_S", -1.0)  # as if the file had been written long before its first hashing
+    monkeypatch.setattr(file_version, "RACY_S", -1.0)  # as if the file had been written long before its first hashing
     assert embedded._is_valid(draft, manifest, target_path) and embedded._is_valid(draft, manifest, target_path)
     assert hashed == [draft]
     with draft.open("r+b") as fh:  # flipped in place: same size, same inode, new times
@@ -122,6 +122,6 @@ def test_a_draft_written_within_the_racy_window_is_hashed_again(tmp_path, target
     hashed: list[Path] = []
     sha256 = embedded._sha256
     monkeypatch.setattr(embedded, "_sha256", lambda path: hashed.append(path) or sha256(path))
-    monkeypatch.setattr(embedded, "RACY_S", 3600.0)
+    monkeypatch.setattr(file_version, "RACY_S", 3600.0)
     assert embedded._is_valid(draft, manifest, target_path) and embedded._is_valid(draft, manifest, target_path)
     assert hashed == [draft, draft]

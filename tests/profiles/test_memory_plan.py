@@ -122,18 +122,48 @@ def test_llama_server_caches_a_sliding_window_only_and_the_plan_knows(llama_serv
     assert kv_cache_bytes(meta, 4096, swa_full=False) < 0.4 * kv_cache_bytes(meta, 4096)  # 27 MiB against 72
 
 
-def test_a_header_is_read_once_per_version_of_the_file(tmp_path, target_path):
-    """The F2 picker plans every profile at each open: a header already read is not parsed again, and a file written
-    since is."""
+def test_a_header_is_read_once_per_version_of_the_file(tmp_path, target_path, monkeypatch):
+    """A start and the F2 picker ask for the same headers again and again: a header already read is not parsed again
+    (one dict for every hard link to the file), and a file written since is; one written within the racy window is
+    read again each time."""
+    import os
     import shutil
 
     from gguf_fixtures import write_variant
-    from specchat.profiles.plan import header
+    from specchat.engine import file_version
 
-    path = tmp_path / "model.gguf"
+    path, link = tmp_path / "model.gguf", tmp_path / "link.gguf"
     shutil.copy(target_path, path)
-    first = header(path)
-    assert header(path) is first and first["general.name"] == read_metadata(target_path)["general.name"]
+    os.link(path, link)
+    monkeypatch.setattr(file_version, "RACY_S", -1.0)  # as if written long before it is read
+    first = read_metadata(path)
+    assert read_metadata(path) is first and read_metadata(link) is first
+    assert first["general.name"] == read_metadata(target_path)["general.name"]
     write_variant(target_path, tmp_path / "renamed.gguf", set_keys={"general.name": "another model"})
     (tmp_path / "renamed.gguf").replace(path)
-    assert header(path)["general.name"] == "another model"
+    assert read_metadata(path)["general.name"] == "another model" and read_metadata(link) is first
+    monkeypatch.setattr(file_version, "RACY_S", 3600.0)
+    fresh = read_metadata(path)
+    assert read_metadata(path) is not fresh and read_metadata(path) == fresh
+
+
+def test_a_draft_pair_is_judged_once_per_version_of_both_files(tmp_path, target_path, draft_path, monkeypatch):
+    """Every load of the pair, and every F2 listing of drafts, asks whether it is compatible: llama.cpp's two
+    vocabulary-only loads run once per version of the two files."""
+    import shutil
+
+    from specchat.engine import compat, file_version
+
+    loads: list[str] = []
+    read_vocab = compat.read_vocab
+    monkeypatch.setattr(compat, "read_vocab", lambda path, role: loads.append(role) or read_vocab(path, role))
+    monkeypatch.setattr(file_version, "RACY_S", -1.0)
+    target = tmp_path / "target.gguf"
+    shutil.copy(target_path, target)
+    assert compat.check_pair(target, draft_path) == [] and compat.check_pair(target, draft_path) == []
+    assert loads == ["target", "draft"]
+    with target.open("r+b") as fh:  # written in place: a new version of the target
+        fh.seek(0, 2)
+        fh.write(b"\0")
+    compat.check_pair(target, draft_path)
+    assert loads == ["target", "draft"] * 2

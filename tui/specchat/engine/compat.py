@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .file_version import FileVersion, file_version
+
 # Token ids below this are control tokens that families renumber freely; llama.cpp skips them too.
 FIRST_CHECKED_TOKEN = 5
 MAX_VOCAB_SIZE_DIFFERENCE = 128
@@ -64,8 +66,22 @@ def read_vocab(path: Path, role: str) -> tuple[VocabInfo, Callable[[], None]]:
     return info, model.close
 
 
+_judged: dict[tuple[FileVersion, FileVersion], tuple[str, ...]] = {}  # pairs judged, by both files' versions
+
+
 def check_pair(target: Path, draft: Path) -> list[str]:
-    """The compatibility problems of a target/draft pair, without loading either model's weights."""
+    """The compatibility problems of a target/draft pair, without loading either model's weights: judged once per
+    version of both files (every load of the pair and every F2 listing of drafts asks again)."""
+    versions = file_version(target), file_version(draft)
+    if versions[0] is None or versions[1] is None:
+        return _judge(target, draft)
+    key = (versions[0], versions[1])
+    if key not in _judged:
+        _judged[key] = tuple(_judge(target, draft))
+    return list(_judged[key])
+
+
+def _judge(target: Path, draft: Path) -> list[str]:
     target_vocab, close_target = read_vocab(target, "target")
     try:
         draft_vocab, close_draft = read_vocab(draft, "draft")

@@ -15,6 +15,7 @@ from typing import Any
 from gguf import GGUFValueType
 
 from ..errors import ModelError
+from .file_version import FileVersion, file_version
 
 GGUF_MAGIC = b"GGUF"
 
@@ -99,8 +100,25 @@ def check_gguf_file(path: Path, role: str) -> None:
         raise ModelError(f"{role} model {path} is not a GGUF file (bad header) — re-download it or pick another file")
 
 
+_read: dict[FileVersion, dict[str, Any]] = {}  # by file version, the last READ_KEPT files read (their vocabularies)
+READ_KEPT = 8
+
+
 def read_metadata(path: Path) -> dict[str, Any]:
-    """All metadata key/values of a GGUF file, plus ``gguf.file_size``."""
+    """All metadata key/values of a GGUF file, plus ``gguf.file_size``: read once per version of the file (a start
+    and the F2 picker ask for the same headers again and again). The dict is shared: read-only to callers."""
+    version = file_version(path)
+    if version is not None and version in _read:
+        return _read[version]
+    meta = _parse_metadata(path)
+    if version is not None:
+        while len(_read) >= READ_KEPT:
+            del _read[next(iter(_read))]
+        _read[version] = meta
+    return meta
+
+
+def _parse_metadata(path: Path) -> dict[str, Any]:
     try:
         # The view is released before the map closes, however the reading ends (else closing raises BufferError).
         with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm, memoryview(mm) as view:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,20 +30,9 @@ def draft_candidates(target: Path, candidates: list[Path]) -> list[DraftCandidat
         size = path.stat().st_size
         if size >= target_size:
             continue
-        found.append(DraftCandidate(path, size, _problems(target, path)))
+        try:
+            problems = tuple(check_pair(target, path))
+        except ModelError as exc:
+            problems = (str(exc),)
+        found.append(DraftCandidate(path, size, problems))
     return sorted(found, key=lambda c: (not c.compatible, c.size, c.path.name))
-
-
-def _problems(target: Path, draft: Path) -> tuple[str, ...]:
-    """``check_pair``, judged once per version of both files: each F2 lists the candidates again (two vocab-only
-    loads a pair)."""
-    a, b = target.stat(), draft.stat()
-    return _judged(target, draft, (a.st_mtime_ns, a.st_size, a.st_ino), (b.st_mtime_ns, b.st_size, b.st_ino))
-
-
-@functools.lru_cache(maxsize=64)
-def _judged(target: Path, draft: Path, _target_version: tuple, _draft_version: tuple) -> tuple[str, ...]:
-    try:
-        return tuple(check_pair(target, draft))
-    except ModelError as exc:
-        return (str(exc),)

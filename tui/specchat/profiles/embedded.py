@@ -11,7 +11,6 @@ import json
 import os
 import re
 import threading
-import time
 from pathlib import Path
 
 import llama_cpp as lc
@@ -19,6 +18,7 @@ import llama_cpp as lc
 from .. import paths
 from ..engine.bundled_model import bundled_model
 from ..engine.engine_config import default_threads
+from ..engine.file_version import FileVersion, file_version
 from ..engine.llama import last_llama_error, log_lines_to
 from ..engine.phases import announce
 from ..errors import ModelError
@@ -50,12 +50,9 @@ def _source_id(source: Path) -> dict[str, object]:
     return {"source": str(source), "source_size": st.st_size, "source_mtime_ns": st.st_mtime_ns, "ftype": DRAFT_FTYPE}
 
 
-# Drafts this process hashed and found whole, by path, size, mtime, ctime and inode: every profile load, every plan
-# of the F2 picker names the draft, and hashing its 88 MB took 0.2-0.4 s each time. A file changed since has another
-# stat and is hashed again; one written within RACY_S of its hashing is not remembered (as git's index does), since
-# a write inside the same clock tick can leave its times as they were.
-_whole: set[tuple[str, int, int, int, int]] = set()
-RACY_S = 2.0
+# Drafts this process hashed and found whole, by file version: every profile load and every plan of the F2 picker
+# names the draft, and hashing its 88 MB took 0.2-0.4 s each time. A file changed since is hashed again.
+_whole: set[FileVersion] = set()
 
 
 def _is_valid(draft: Path, manifest: Path, source: Path) -> bool:
@@ -63,16 +60,15 @@ def _is_valid(draft: Path, manifest: Path, source: Path) -> bool:
         recorded = json.loads(manifest.read_text())
         if not all(recorded.get(k) == v for k, v in _source_id(source).items()):
             return False
-        st = draft.stat()
-        if st.st_size != recorded["size"]:
+        if draft.stat().st_size != recorded["size"]:
             return False
-        seen = (str(draft), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        if seen in _whole:
+        version = file_version(draft)
+        if version is not None and version in _whole:
             return True
         if _sha256(draft) != recorded["sha256"]:
             return False
-        if time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 > RACY_S:
-            _whole.add(seen)
+        if version is not None:
+            _whole.add(version)
         return True
     except (OSError, ValueError, KeyError):
         return False

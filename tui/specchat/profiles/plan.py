@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 
 from ..backends.offload import LlamaBuild, cpu_only_warning, in_process_build
@@ -72,22 +71,6 @@ def ram_bytes() -> float:
         return 16 * GB
 
 
-def header(path: Path) -> dict:
-    """A GGUF's header, read once per version of the file: the F2 picker plans every profile each time it opens, and
-    parsing a vocabulary's tens of thousands of token strings again was most of that (1.1 s of CPU per open for the
-    bundled profiles). Read-only to its callers: the dict is shared."""
-    try:
-        st = path.stat()
-    except OSError:
-        return read_metadata(path)  # its one line says what is wrong with the file
-    return _header(path, st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-@functools.lru_cache(maxsize=16)
-def _header(path: Path, _mtime_ns: int, _size: int, _inode: int) -> dict:
-    return read_metadata(path)
-
-
 def planned_models(profile: Profile) -> list[PlannedModel]:
     """The profile's target and draft (or MTP assistant, named or found beside the target) as found on disk, each with
     its GGUF header where the file is there."""
@@ -100,12 +83,12 @@ def planned_models(profile: Profile) -> list[PlannedModel]:
         if reference is None and role == "draft" and method.assistant and pair and pair[0].located.path:
             found = find_assistant(pair[0].located.path)
             if found is not None:
-                pair.append(PlannedModel(role, models.Located(found.name, found), header(found)))
+                pair.append(PlannedModel(role, models.Located(found.name, found), read_metadata(found)))
             continue
         if reference is None:
             continue
         located = models.locate(reference, model_base(profile))
-        pair.append(PlannedModel(role, located, header(located.path) if located.path else None))
+        pair.append(PlannedModel(role, located, read_metadata(located.path) if located.path else None))
     return pair
 
 
