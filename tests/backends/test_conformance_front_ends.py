@@ -52,23 +52,16 @@ def repl(tmp_path, profile, lines: list[str], max_tokens: int = 40) -> subproces
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_three_greedy_turns_in_the_repl(kind, tmp_path, user_cache, llama_server, servers, plain):
-    """Found through llama-server: the second turn never saw the first reply (its ids were not kept)."""
+def test_greedy_turns_and_multibyte_replies_in_the_repl(kind, tmp_path, user_cache, llama_server, servers, plain):
+    """Three turns, then CJK, emoji and accented text in the same chat, each plain decoding's reply. Found through
+    llama-server: the second turn never saw the first reply (its ids were not kept); characters spelled over several
+    byte tokens came through as a row of U+FFFD."""
     profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
-    result = repl(tmp_path, profile, list(TURNS))
+    texts = TURNS + MULTIBYTE
+    result = repl(tmp_path, profile, list(texts))
     assert result.returncode == 0, result.stderr
     (replies,) = stored_replies(tmp_path / "data" / "specchat" / "chats.sqlite3")
-    assert_equal(kind, replies, plain.chat(TURNS))
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_multibyte_replies_are_whole_in_the_repl(kind, tmp_path, user_cache, llama_server, servers, plain):
-    """Characters spelled over several byte tokens came through llama-server as a row of U+FFFD."""
-    profile = write_profile(tmp_path, kind, binary=llama_server, servers=servers)
-    result = repl(tmp_path, profile, list(MULTIBYTE))
-    assert result.returncode == 0, result.stderr
-    (replies,) = stored_replies(tmp_path / "data" / "specchat" / "chats.sqlite3")
-    expected = plain.chat(MULTIBYTE)
+    expected = plain.chat(texts, as_text=kind == "remote-openai")
     assert_equal(kind, replies, expected)
     assert "\ufffd" not in result.stdout
     for _, text in expected:
