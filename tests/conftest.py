@@ -122,11 +122,13 @@ def cheap_verify(tmp_path, monkeypatch) -> None:
 
 
 def shared_copy(source: Path, copy: Path) -> None:
-    """A hard link to ``source`` where the file system allows one, else a copy. The draft is tens of MB and some 300
-    tests take a user cache: copied each time, their folders filled CI's disk before the run ended. Only the GGUF is
-    shared: no test writes into the draft it was given (a first start unlinks it and derives a new file)."""
+    """A symbolic link to ``source`` where the file system allows one, else a copy. The draft is tens of MB and some
+    300 tests take a user cache: copied each time, their folders filled CI's disk before the run ended. Not a hard
+    link: that changes the file's ctime, its version for what a process keeps of it (engine/file_version.py), and
+    every test would read the draft's header, judge the pair and hash the draft again. Only the GGUF is shared: no
+    test writes into the draft it was given (a first start unlinks it and derives a new file)."""
     try:
-        os.link(source, copy)
+        os.symlink(source, copy)
     except OSError:
         shutil.copy(source, copy)
 

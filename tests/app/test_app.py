@@ -197,9 +197,11 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
         drafts.focus()
         drafts.highlighted = index
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.busy is None and app.backend.engine.draft_model is not None)
+        # The notice comes with the load's end (the backend is swapped on the worker a moment before): waited for,
+        # so that a fast reload cannot be judged before it is said.
+        await wait_until(pilot, lambda: app.busy is None and app.backend.engine.draft_model is not None
+                         and any("draft reloaded" in n for n in notices(app)))
         assert app.backend.engine.draft_model.path.name == "another-draft.gguf" and app.backend.engine.target is target
-        assert any("draft reloaded" in n for n in notices(app))
 
         # A profile whose models are missing: one message, the previous profile stays.
         app.chat_view.switchboard.start_load("qwen3-8b-1.7b")

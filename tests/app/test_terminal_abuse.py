@@ -138,8 +138,8 @@ async def test_a_resize_storm_while_streaming_keeps_record_view_and_store_equal(
             await pilot.resize_terminal(rng.randint(40, 200), rng.randint(10, 60))
             await pilot.pause(0.01)
             storm += 1
-        # played at the cassette's pace (recording runs the real engine, which ends the reply sooner)
-        assert storm >= 20 or cassettes.MODE == "record", f"the reply ended after {storm} resizes"
+        # played at the cassette's pace (the real engine, recording or with cassettes off, ends the reply sooner)
+        assert storm >= 10 or cassettes.MODE != "play", f"the reply ended after {storm} resizes"
         await pilot.resize_terminal(*SIZE)
         await wait_until(pilot, lambda: app.busy is None)
         record = app.session.last_reply

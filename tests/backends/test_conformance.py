@@ -17,7 +17,7 @@ from specchat.engine import Message
 from specchat.engine.events import ContextTrimmed, ReplyFinished, TokenEmitted
 from specchat.engine.reference import PlainReference
 from specchat.errors import BackendError
-from helpers import FOLLOW_UP, LIMIT, LOOPS, loop_cut
+from helpers import LIMIT, LOOPS, loop_cut
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
 
@@ -151,11 +151,11 @@ def test_a_cancelled_reply_then_the_next_turn(kind, profile, plain):
     try:
         partial = ask(controller, "Write a very long story about a dragon and a knight.", stop_after=10)
         assert partial.finish_reason == "cancelled" and 10 <= len(partial.segments) < 200
-        follow = ask(controller, FOLLOW_UP)
+        follow = ask(controller, "Shorter, please.")  # a next turn that runs to its 200 tokens, on every kind
         ids = None if kind == "remote-openai" else list(partial.tokens)
         history = [Message("system", SYSTEM), Message("user", "Write a very long story about a dragon and a knight."),
                    Message("assistant", partial.text, ids, "cancelled")]
-        same(kind, follow, plain.answer(history, FOLLOW_UP, max_tokens=200), plain)
+        same(kind, follow, plain.answer(history, "Shorter, please.", max_tokens=200), plain)
     finally:
         controller.close()
 

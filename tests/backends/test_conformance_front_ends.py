@@ -51,6 +51,11 @@ def repl(tmp_path, profile, lines: list[str], max_tokens: int = 40) -> subproces
                           timeout=600)
 
 
+def spans_several_bytes(replies) -> bool:
+    """Every multibyte prompt's plain reply holds characters of two bytes or more (CJK, emoji, accents)."""
+    return all(any(len(c.encode()) > 1 for c in text) for _, text in replies)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_greedy_turns_and_multibyte_replies_in_the_repl(kind, tmp_path, user_cache, llama_server, servers, plain):
     """Three turns, then CJK, emoji and accented text in the same chat, each plain decoding's reply. Found through
@@ -62,6 +67,7 @@ def test_greedy_turns_and_multibyte_replies_in_the_repl(kind, tmp_path, user_cac
     assert result.returncode == 0, result.stderr
     (replies,) = stored_replies(tmp_path / "data" / "specchat" / "chats.sqlite3")
     expected = plain.chat(texts, as_text=kind == "remote-openai")
+    assert spans_several_bytes(expected[len(TURNS):])  # else "no U+FFFD" would prove nothing
     assert_equal(kind, replies, expected)
     assert "\ufffd" not in result.stdout
     for _, text in expected:
@@ -87,6 +93,7 @@ async def test_greedy_turns_and_multibyte_replies_in_the_app(kind, tmp_path, set
         replies = [await ask(pilot, text) for text in texts]
         shown = [plain_text(view.query_one(ProvenanceLines)) for view in app.query(ReplyView)]  # as drawn
     expected = plain.chat(texts, as_text=kind == "remote-openai")
+    assert spans_several_bytes(expected[len(TURNS):])
     assert [r.text for r in replies] == [text for _, text in expected]
     if kind != "remote-openai":
         assert [r.tokens for r in replies] == [ids for ids, _ in expected]

@@ -217,7 +217,8 @@ def test_a_server_that_stopped_answering_is_replaced_before_the_next_message(ser
         started = time.monotonic()
         reply = list(server_backend.answer(history(server_backend), "Hello.", max_tokens=8))
         assert isinstance(reply[-1], ReplyFinished) and reply[-1].stats.generated > 0
-        assert server_backend.pid != hung and time.monotonic() - started < 60
+        # killed at once: SIGTERM stays pending on a stopped process, and waiting it out took 10 s before the restart
+        assert server_backend.pid != hung and time.monotonic() - started < 10
     finally:
         with contextlib.suppress(ProcessLookupError):  # the restart has killed it
             os.kill(hung, signal.SIGCONT)

@@ -124,8 +124,8 @@ def test_llama_server_caches_a_sliding_window_only_and_the_plan_knows(llama_serv
 
 def test_a_header_is_read_once_per_version_of_the_file(tmp_path, target_path, monkeypatch):
     """A start and the F2 picker ask for the same headers again and again: a header already read is not parsed again
-    (one dict for every hard link to the file), and a file written since is; one written within the racy window is
-    read again each time."""
+    (one dict for every hard link to the file), and a file written since is — its mtime put back too; one written
+    within the racy window is read again each time."""
     import os
     import shutil
 
@@ -139,9 +139,15 @@ def test_a_header_is_read_once_per_version_of_the_file(tmp_path, target_path, mo
     first = read_metadata(path)
     assert read_metadata(path) is first and read_metadata(link) is first
     assert first["general.name"] == read_metadata(target_path)["general.name"]
+    stat = path.stat()
+    with path.open("r+b") as fh:  # rewritten in place with its old mtime put back (cp -p, touch -r): ctime tells
+        fh.seek(stat.st_size - 1)
+        fh.write(b"\1")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert read_metadata(path) is not first
     write_variant(target_path, tmp_path / "renamed.gguf", set_keys={"general.name": "another model"})
     (tmp_path / "renamed.gguf").replace(path)
-    assert read_metadata(path)["general.name"] == "another model" and read_metadata(link) is first
+    assert read_metadata(path)["general.name"] == "another model"
     monkeypatch.setattr(file_version, "RACY_S", 3600.0)
     fresh = read_metadata(path)
     assert read_metadata(path) is not fresh and read_metadata(path) == fresh

@@ -76,9 +76,10 @@ def check_pair(target: Path, draft: Path) -> list[str]:
     if versions[0] is None or versions[1] is None:
         return _judge(target, draft)
     key = (versions[0], versions[1])
-    if key not in _judged:
-        _judged[key] = tuple(_judge(target, draft))
-    return list(_judged[key])
+    judged = _judged.get(key)  # (threads may judge the same pair at once: each gets the same verdict)
+    if judged is None:
+        judged = _judged[key] = tuple(_judge(target, draft))
+    return list(judged)
 
 
 def _judge(target: Path, draft: Path) -> list[str]:

@@ -12,16 +12,17 @@ from pathlib import Path
 # mtime as they were (git's "racy" rule), and a file just copied or derived is read again rather than trusted.
 RACY_S = 2.0
 
-FileVersion = tuple[int, int, int, int]
+FileVersion = tuple[int, int, int, int, int]
 
 
 def file_version(path: Path) -> FileVersion | None:
-    """(device, inode, size, mtime) — one key for every hard link to the same file — or None where the file cannot
-    be read or was written within ``RACY_S``."""
+    """(device, inode, size, mtime, ctime) — one key for every hard link to the same file; ctime, as git's index
+    keeps it, for a file rewritten with its old mtime put back (``cp -p``, ``touch -r``) or whose permissions
+    changed — or None where the file cannot be read or was written within ``RACY_S``."""
     try:
         st = os.stat(path)
     except OSError:
         return None
     if time.time() - st.st_mtime_ns / 1e9 <= RACY_S:
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns

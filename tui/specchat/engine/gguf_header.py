@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,10 @@ def check_gguf_file(path: Path, role: str) -> None:
         raise ModelError(f"{role} model {path} is not a GGUF file (bad header) — re-download it or pick another file")
 
 
-_read: dict[FileVersion, dict[str, Any]] = {}  # by file version, the last READ_KEPT files read (their vocabularies)
+# By file version, the READ_KEPT headers read last (their vocabularies with them). The F2 picker's threads and the
+# engine's thread read at once: the lock covers the lookups and the evictions, not the parsing.
+_read: dict[FileVersion, dict[str, Any]] = {}
+_reading = threading.Lock()
 READ_KEPT = 8
 
 
@@ -108,13 +112,18 @@ def read_metadata(path: Path) -> dict[str, Any]:
     """All metadata key/values of a GGUF file, plus ``gguf.file_size``: read once per version of the file (a start
     and the F2 picker ask for the same headers again and again). The dict is shared: read-only to callers."""
     version = file_version(path)
-    if version is not None and version in _read:
-        return _read[version]
+    if version is not None:
+        with _reading:
+            meta = _read.pop(version, None)
+            if meta is not None:
+                _read[version] = meta  # the newest again: the least recently read goes first
+                return meta
     meta = _parse_metadata(path)
     if version is not None:
-        while len(_read) >= READ_KEPT:
-            del _read[next(iter(_read))]
-        _read[version] = meta
+        with _reading:
+            _read[version] = meta
+            while len(_read) > READ_KEPT:
+                del _read[next(iter(_read))]
     return meta
 
 

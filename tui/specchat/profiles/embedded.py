@@ -50,9 +50,10 @@ def _source_id(source: Path) -> dict[str, object]:
     return {"source": str(source), "source_size": st.st_size, "source_mtime_ns": st.st_mtime_ns, "ftype": DRAFT_FTYPE}
 
 
-# Drafts this process hashed and found whole, by file version: every profile load and every plan of the F2 picker
-# names the draft, and hashing its 88 MB took 0.2-0.4 s each time. A file changed since is hashed again.
-_whole: set[FileVersion] = set()
+# Drafts this process hashed and found whole, by file version and the hash their manifest records: every profile
+# load and every plan of the F2 picker names the draft, and hashing its 88 MB took 0.2-0.4 s each time. A file
+# changed since, or a manifest that records another hash, is hashed again.
+_whole: set[tuple[FileVersion, str]] = set()
 
 
 def _is_valid(draft: Path, manifest: Path, source: Path) -> bool:
@@ -63,12 +64,12 @@ def _is_valid(draft: Path, manifest: Path, source: Path) -> bool:
         if draft.stat().st_size != recorded["size"]:
             return False
         version = file_version(draft)
-        if version is not None and version in _whole:
+        if version is not None and (version, recorded["sha256"]) in _whole:
             return True
         if _sha256(draft) != recorded["sha256"]:
             return False
         if version is not None:
-            _whole.add(version)
+            _whole.add((version, recorded["sha256"]))
         return True
     except (OSError, ValueError, KeyError):
         return False
