@@ -234,6 +234,17 @@ def notices(app) -> list[str]:
     return [str(n.message) for n in app._notifications]
 
 
+async def noticed(pilot, fragment: str, timeout: float = 15.0) -> list[str]:
+    """Wait until a notice says ``fragment``; the notices shown then. ``App.notify`` posts a message: a notice is on
+    screen a moment after the handler that raised it returned, so a test that reads at once can miss it on a busy
+    machine (CI did, twice)."""
+    try:
+        await wait_until(pilot, lambda: any(fragment in n for n in notices(pilot.app)), timeout=timeout)
+    except AssertionError:
+        raise AssertionError(f"no notice says {fragment!r}; shown: {notices(pilot.app)}") from None
+    return notices(pilot.app)
+
+
 def plain_text(widget) -> str:
     from rich.console import Console
 

@@ -19,7 +19,7 @@ from specchat.app.chat.prompt import PromptInput
 from specchat.app.chat.reply import ProvenanceLines, ReplyView, provenance_text
 from specchat.engine.events import TokenEmitted, TokenKind
 from specchat.chats.store import Store
-from helpers import (FOLLOW_UP, HELD_LONG_STORY, arrive, ask, kept_messages, models_freed, notices, plain_text, ready, SIZE,
+from helpers import (FOLLOW_UP, HELD_LONG_STORY, arrive, ask, kept_messages, models_freed, noticed, notices, plain_text, ready, SIZE,
                      start_long_reply, wait_until)
 
 
@@ -207,7 +207,7 @@ async def test_switch_profile_mid_chat(settings, tmp_path, monkeypatch, draft_pa
         app.chat_view.switchboard.start_load("qwen3-8b-1.7b")
         await wait_until(pilot, lambda: app.busy is None)
         assert app.backend.engine.target is target and app.profile.name == "ngram"
-        assert any("not found" in n for n in notices(app))
+        await noticed(pilot, "not found")
         assert (await ask(pilot, "Still working?")).tokens == plain_reply(make_engine, app, "Still working?")
 
 
@@ -324,7 +324,7 @@ async def test_prompt_input_keys(settings):
         prompt.post_message(events.Paste("x" * (settings.max_paste_chars + 1)))
         await pilot.pause(0.1)
         assert prompt.text == "second"
-        assert any("paste of" in n for n in notices(app))
+        await noticed(pilot, "paste of")
 
 
 @pytest.mark.recorded
@@ -358,10 +358,10 @@ async def test_a_damaged_database_is_kept_aside_and_a_new_one_saves_the_chat(set
     damaged = b"this is not a sqlite database" * 100
     settings.db_path.write_bytes(damaged)
     async with make_app(settings).run_test(size=SIZE) as pilot:
-        app = await ready(pilot)
+        await ready(pilot)
         (aside,) = settings.db_path.parent.glob("chats.sqlite3.damaged-*")
         assert aside.read_bytes() == damaged  # kept as it was, for recovery
-        shown = notices(app)
+        shown = await noticed(pilot, str(aside))
         assert any(str(settings.db_path) in n and str(aside) in n and ".recover" in n for n in shown), shown
         reply = await ask(pilot, "Hello?")
     assert Store(settings.db_path).messages(1)[1].content == reply.text  # the new database saves the chat
@@ -760,7 +760,7 @@ async def test_the_chat_through_a_managed_llama_server(settings, llama_server, m
         pid = app.backend.pid
         assert f"llama-server pid {pid}" in sidebar_text(app)
         await pilot.press("ctrl+g")  # ghosts: the server only counts rejected drafts, and the app says so
-        assert any("never which" in n for n in notices(app))
+        await noticed(pilot, "never which")
         await start_long_reply(pilot)
         os.kill(pid, signal.SIGKILL)
         await wait_until(pilot, lambda: app.busy is None)

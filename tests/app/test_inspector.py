@@ -18,7 +18,7 @@ from specchat.chats.replay import NO_TRACE, Replay, judgement_of, step_lines, to
 from specchat.chats.trace import events_of, row_of
 from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted, TokenKind
 from specchat.engine.sampling import SamplingParams
-from helpers import notices
+from helpers import noticed
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
 KINDS = ("in-process", "managed")
@@ -262,7 +262,7 @@ async def test_the_inspector_and_the_replay_in_the_app(kind, tmp_path, settings,
         await wait_until(pilot, lambda: app.backend is not None and app.busy is None)
         await pilot.press("f8")
         await pilot.pause()
-        assert any("no reply to inspect yet" in n for n in notices(app))
+        await noticed(pilot, "no reply to inspect yet")
         view = await ask_in_app(pilot, PROMPT)
         record = view.record
         await pilot.press("f8")

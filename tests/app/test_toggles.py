@@ -12,7 +12,7 @@ import pytest
 from backend_kinds import N_MAX, TURNS, ask, controller_for, write_profile
 from specchat.chats.controller import Refused
 from specchat.engine.engine_config import SWITCHED_OFF_BY_HAND
-from helpers import notices
+from helpers import noticed, notices
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
 KINDS = ("in-process", "managed")
@@ -256,7 +256,7 @@ async def test_favourite_keys_in_the_app(tmp_path, settings):
         assert app.controller.facts.method == "ngram"
         await pilot.press("alt+3")
         await pilot.pause(0.2)
-        assert any("no favourite 3: it names 2" in n for n in notices(app))
+        await noticed(pilot, "no favourite 3: it names 2")
         await pilot.press("alt+2")
         await wait_until(pilot, lambda: app.busy is None and app.profile.name == "tiny")
 

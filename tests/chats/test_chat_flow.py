@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import HELD_LONG_STORY, LONG_STORY, THREADS, Run, endless_profile, notices
+from helpers import HELD_LONG_STORY, LONG_STORY, THREADS, Run, endless_profile, noticed
 from gguf_fixtures import write_variant
 from specchat.backends import open_backend
 from specchat.backends.run_config import BackendSettings, RunConfig
@@ -351,7 +351,7 @@ async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_o
         await pilot.press("ctrl+b")
         await pilot.pause(0.3)
         assert not isinstance(app.screen, ABScreen) and app.busy is None
-        assert any("this one was cancelled" in n for n in notices(app))
+        await noticed(pilot, "this one was cancelled")
         reply = await ask(pilot, LONG)
         assert reply.finish_reason == "length"  # 128 tokens (loops not stopped): its plain rerun takes a second
         await pilot.press("ctrl+b")
@@ -359,7 +359,7 @@ async def test_ab_in_the_app_refuses_a_cancelled_reply_and_esc_stops_a_running_o
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.busy is None)
         assert not isinstance(app.screen, ABScreen)
-        assert any("A/B cancelled" in n for n in notices(app))
+        await noticed(pilot, "A/B cancelled")
         assert app.backend.speculation_state().active  # the profile is back as it was
 
 

@@ -168,7 +168,7 @@ def test_a_new_or_opened_chat_while_saves_fail_keeps_the_unsaved_turns(tmp_path)
 @pytest.mark.usefixtures("isolated_user_dirs")
 async def test_ctrl_n_in_the_app_while_saves_fail_keeps_the_chat_on_screen(settings):
     """The same through the app: Ctrl+N with two turns only in memory is one error line, the chat stays shown."""
-    from helpers import notices
+    from helpers import noticed
     from helpers import SIZE, ask, ready
 
     from specchat.app.chat_app import make_app
@@ -183,7 +183,7 @@ async def test_ctrl_n_in_the_app_while_saves_fail_keeps_the_chat_on_screen(setti
         await pilot.press("ctrl+n")
         await pilot.pause(0.2)
         assert [t.text for t in app.session.turns] == shown
-        assert any("does not accept writes now — start a new chat once saving works again" in n for n in notices(app))
+        await noticed(pilot, "does not accept writes now — start a new chat once saving works again")
         app.session.store.db.execute("PRAGMA query_only = OFF")
         await pilot.press("ctrl+n")
         await pilot.pause(0.2)
@@ -277,7 +277,7 @@ def test_the_repl_waits_for_another_process_writing_with_a_line(full_store, user
 @pytest.mark.recorded
 @pytest.mark.usefixtures("short_busy_wait", "isolated_user_dirs")
 async def test_the_app_waits_for_another_process_writing_with_a_line_and_saves_after(full_store, settings):
-    from helpers import SIZE, ask, notices, ready, wait_until
+    from helpers import SIZE, ask, noticed, ready, wait_until
 
     from specchat.app.chat_app import make_app
 
@@ -285,7 +285,7 @@ async def test_the_app_waits_for_another_process_writing_with_a_line_and_saves_a
     with LockHolder(full_store, 2.0) as holder:
         async with make_app(settings).run_test(size=SIZE) as pilot:
             app = await ready(pilot)
-            assert any(f"another specchat is writing to {full_store} — waiting" in n for n in notices(app))
+            await noticed(pilot, f"another specchat is writing to {full_store} — waiting")
             await ask(pilot, "Name a colour.")  # in memory meanwhile
             holder.process.wait(30)
             await wait_until(pilot, lambda: app.session.store is not None and app.session.id is not None)

@@ -369,7 +369,7 @@ def test_the_repl_keeps_a_private_chat_and_its_fork_to_themselves(tmp_path, seed
 
 @pytest.mark.usefixtures("isolated_user_dirs")
 async def test_the_app_keeps_a_private_chat_and_its_fork_to_themselves(tmp_path, settings, seeded):
-    from helpers import SIZE, ask as ask_in_app, notices, wait_until
+    from helpers import SIZE, ask as ask_in_app, noticed, wait_until
 
     from specchat.app.chat_app import make_app
 
@@ -384,7 +384,7 @@ async def test_the_app_keeps_a_private_chat_and_its_fork_to_themselves(tmp_path,
         await ask_in_app(pilot, VAULT)
         await pilot.press("alt+f")  # fork at the last message
         await pilot.pause(0.2)
-        assert any("private, as the chat it came from" in n for n in notices(app))
+        await noticed(pilot, "private, as the chat it came from")
         assert app.session.private and app.session.id != chat
         await pilot.press("ctrl+n")
         view = await ask_in_app(pilot, VAULT)

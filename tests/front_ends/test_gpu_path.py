@@ -12,7 +12,7 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from helpers import cli, notices, ready, run_repl, wait_until, SIZE
+from helpers import cli, noticed, ready, run_repl, wait_until, SIZE
 from gguf_fixtures import write_variant
 from specchat.app.chat_app import make_app
 from specchat.app.screens.modals import ProfileScreen
@@ -70,7 +70,7 @@ async def test_the_app_says_it_in_a_notice_the_sidebar_and_the_picker(settings, 
     settings.profile = str(gpu_profile)
     async with make_app(settings).run_test(size=SIZE) as pilot:
         app = await ready(pilot)
-        assert any(CPU_ONLY in notice for notice in notices(app))
+        await noticed(pilot, CPU_ONLY)
         await wait_until(pilot, lambda: "this llama.cpp is a CPU-only build" in " ".join(app.chat_view.sidebar.plain.split()))
         screen = ProfileScreen(None, "tiny")
         app.push_screen(screen)
