@@ -199,12 +199,16 @@ class PlainDecoding:
 
 
 def llama_servers_running() -> set[int]:
-    """Every llama-server process on this machine (read from /proc, not from specchat)."""
+    """Every llama-server process this test run's worker started, itself or through a command it ran (read from
+    /proc, not from specchat: one whose environment names the worker — the other workers' servers are theirs)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    mark = f"PYTEST_XDIST_WORKER={worker}".encode() if worker else None
     found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "cmdline").read_bytes().split(b"\0")[0].endswith(b"llama-server"):
+                if (entry / "cmdline").read_bytes().split(b"\0")[0].endswith(b"llama-server") and \
+                        (mark is None or mark in (entry / "environ").read_bytes().split(b"\0")):
                     found.add(int(entry.name))
             except OSError:
                 pass

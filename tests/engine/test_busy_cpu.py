@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from helpers import BusyLoops, run
 from specchat.engine import cpu
 from specchat.engine.cpu import CpuSample, ThreadGovernor, others_cores
+from specchat.engine.engine_config import default_threads
 from specchat.engine.events import ThreadsAdjusted
 from specchat.engine.llama import Context, Model
 
@@ -19,6 +22,40 @@ def test_others_cores_is_all_busy_time_less_our_own():
     after = CpuSample(when=12.0, busy_s=103.6, ours_s=20.4)  # 3.6 core-seconds in 2 s, 0.4 of them ours
     assert others_cores(before, after) == pytest.approx(1.6)
     assert others_cores(after, after) == 0.0
+    moved = CpuSample(when=13.0, busy_s=50.0, ours_s=20.5, cores=frozenset({1}))  # counted on other cores now
+    assert others_cores(after, moved) is None
+
+
+def others_over(seconds: float) -> float:
+    before = cpu.cpu_sample()
+    time.sleep(seconds)
+    return others_cores(before, cpu.cpu_sample())
+
+
+@pytest.mark.alone  # a loop on the core this process may not run on, then on the one it may: nothing else running
+def test_a_process_pinned_to_one_core_decodes_with_one_thread_and_counts_that_core_only():
+    """As under ``taskset`` or a container's cpuset: a loop on a core this process cannot use takes nothing from its
+    threads. The machine-wide figure (the first line of /proc/stat, what the check read before) counts it as busy."""
+    everywhere = os.sched_getaffinity(0)
+    if len(everywhere) < 2:
+        pytest.skip("one core: nothing to pin apart")
+    ours, other = sorted(everywhere)[:2]
+    os.sched_setaffinity(0, {ours})
+    loops = BusyLoops(1)
+    try:
+        assert default_threads() == 1 and cpu.cores() == 1
+        os.sched_setaffinity(loops.loops[0].pid, {other})
+        time.sleep(0.3)
+        assert others_over(1.0) < 0.3
+        os.sched_setaffinity(0, everywhere)
+        assert others_over(1.0) > 0.7  # what the whole machine shows
+        os.sched_setaffinity(0, {ours})
+        os.sched_setaffinity(loops.loops[0].pid, {ours})
+        time.sleep(0.3)
+        assert others_over(1.0) > 0.7
+    finally:
+        loops.stop()
+        os.sched_setaffinity(0, everywhere)
 
 
 def test_the_governor_gives_back_cores_to_others_and_takes_them_again(monkeypatch):
@@ -73,6 +110,7 @@ def two_busy_loops():
     loops.stop()
 
 
+@pytest.mark.alone  # two threads of ours and two loops, on both cores
 def test_beside_two_busy_loops_the_engine_drops_to_one_thread_and_the_reply_is_the_same(make_engine, two_busy_loops):
     prompt = "Write a long story about a lighthouse keeper who finds a message in a bottle."
     engine = make_engine("ngram")

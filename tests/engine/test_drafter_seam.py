@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import specchat
+from helpers import THREADS
 from specchat.engine.drafters import METHODS
 
 REPEAT = '''
@@ -45,7 +46,7 @@ def test_a_drafter_in_one_new_module_runs_from_a_profile_exactly(tmp_path):
     shutil.copytree(Path(specchat.__file__).parent, copy / "specchat", ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "specchat" / "engine" / "drafters" / "repeat.py").write_text(REPEAT)
     profile = tmp_path / "repeat.toml"
-    profile.write_text('[target]\nmodel = "embedded:target"\nthreads = 2\nadapt_threads = false\n'
+    profile.write_text(f'[target]\nmodel = "embedded:target"\nthreads = {THREADS}\nadapt_threads = false\n'
                        '[draft]\nmethod = "repeat"\nn_max = 3\n')
     assert "repeat" not in METHODS  # only the copy has it
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import Run, run
+from helpers import THREADS, Run, run
 
 PROMPTS = [
     "Write a Python function that checks whether a number is prime.",
@@ -35,7 +35,7 @@ def baseline(target_path, draft_path) -> dict[str, Run]:
     from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
     from specchat.engine.core import Engine
 
-    engine = Engine(EngineConfig(ModelSettings(target_path, threads=2), spec=SpecConfig("none"), n_ctx=2048,
+    engine = Engine(EngineConfig(ModelSettings(target_path, threads=THREADS), spec=SpecConfig("none"), n_ctx=2048,
                                  system_prompt="You are a helpful assistant."))
     try:
         runs = {}
@@ -140,12 +140,13 @@ def test_long_ngram_drafts_equal_plain_decoding_on_every_bench_task(bench_tasks,
     assert longest >= 32, "copy-heavy tasks draft long"
 
 
+@pytest.mark.alone  # the split needs two threads, on two cores
 def test_a_verify_batch_judges_as_plain_decoding_would_beyond_256_tokens_of_context(make_engine):
     """Speculation's exactness rests on a verify batch's rows equalling what one-at-a-time decoding computes. With
     llama.cpp's f16 KV cache the CPU computes a lone token's attention split across threads once the cache holds more
     than 256 tokens, and a batch's rows unsplit: their logits differed by up to 2.5 and the greedy token changed at 24
     rows. The engine's default cache type keeps the two identical, bit for bit, at any context length."""
-    engine = make_engine("none")
+    engine = make_engine("none", threads=2)
     ctx = engine.ctx
     text = engine.target.tokenize(" ".join(PROMPTS * 12), add_special=False)
     for context in (0, 100, 300, 700):

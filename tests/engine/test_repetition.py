@@ -11,7 +11,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 import pytest
-from helpers import cli, first_loop, LIMIT, loop_cut, LOOPS, run
+from helpers import THREADS, cli, first_loop, LIMIT, loop_cut, LOOPS, run
 from specchat.engine.events import TokenKind
 from specchat.engine.repetition import LoopRule, LoopWatch
 from specchat.errors import ConfigError
@@ -96,7 +96,7 @@ def plain_replies(target_path) -> dict[str, list[int]]:
     from specchat.engine.engine_config import EngineConfig, ModelSettings, SpecConfig
     from specchat.engine.core import Engine
 
-    engine = Engine(EngineConfig(ModelSettings(target_path, threads=2), spec=SpecConfig("none"), n_ctx=2048,
+    engine = Engine(EngineConfig(ModelSettings(target_path, threads=THREADS), spec=SpecConfig("none"), n_ctx=2048,
                                  system_prompt="You are a helpful assistant."))
     try:
         replies = {}

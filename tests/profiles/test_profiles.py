@@ -9,7 +9,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from helpers import cli, run
+from helpers import THREADS, cli, run
 from gguf_fixtures import write_scrambled_copy, write_vocab_gguf
 from specchat import profiles
 from specchat.engine import EngineConfig, ModelSettings, SpecConfig
@@ -284,7 +284,7 @@ def test_a_thread_change_prices_steps_for_the_new_count(make_engine, tmp_path):
     from specchat import paths
     from specchat.engine.draft_length import costs
 
-    engine = make_engine("ngram", n_max=4)
+    engine = make_engine("ngram", n_max=4, threads=2)  # (from two, on however many cores this worker has)
     config = dataclasses.replace(engine.config, target=dataclasses.replace(engine.config.target, threads=1))
     assert engine.config.target.threads != 1 and engine.apply(config) == "parameters"
     assert engine.plain_reference(tokens=8) is not None
@@ -300,7 +300,7 @@ def test_new_draft_reloads_only_the_draft(make_engine, draft_path, tmp_path):
     target, ctx, old_draft = engine.target, engine.ctx, engine.draft_model
     copy = tmp_path / "draft-copy.gguf"
     shutil.copy(draft_path, copy)
-    config = dataclasses.replace(engine.config, draft=ModelSettings(copy, threads=2))
+    config = dataclasses.replace(engine.config, draft=ModelSettings(copy, threads=THREADS))
     assert engine.apply(config) == "draft reloaded"
     assert engine.target is target and engine.ctx is ctx and engine.draft_model is not old_draft
     assert engine.draft_model.path == copy
@@ -346,7 +346,7 @@ def test_auto_never_drafts_with_a_draft_as_costly_as_the_target(target_path, scr
     is always right could not win, so "auto" decodes plainly from the first step and says why."""
     from specchat.engine import Engine
 
-    engine = Engine(EngineConfig(ModelSettings(target_path, threads=2), ModelSettings(scrambled_draft, threads=2),
+    engine = Engine(EngineConfig(ModelSettings(target_path, threads=THREADS), ModelSettings(scrambled_draft, threads=THREADS),
                                  SpecConfig("draft", n_max="auto"), n_ctx=2048))
     try:
         r = run(engine, "Write a long story about dragons.", max_tokens=60)

@@ -22,24 +22,41 @@ HEADROOM = 0.5  # a thread needs this much of a free core before it is worth add
 @dataclass(frozen=True)
 class CpuSample:
     when: float
-    busy_s: float  # CPU time all processes used, all cores together
+    busy_s: float  # CPU time all processes used on ``cores``
     ours_s: float  # CPU time this process used
+    cores: frozenset[int] | None = None  # the cores counted: this process's (None: the machine's total)
+
+
+def usable_cores() -> frozenset[int] | None:
+    """The cores this process may run on (``taskset``, a container's cpuset); None where that is unknown."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
 
 
 def cpu_sample(ours: tuple[int, ...] = ()) -> CpuSample | None:
     """None where ``/proc/stat`` is not available (not Linux). ``ours``: pids whose CPU time counts as this process's
-    (a llama-server specchat started decodes for it: its time is not another process's load)."""
+    (a llama-server specchat started decodes for it: its time is not another process's load). Only the cores this
+    process may run on are counted: a process busy on the others takes no time from its threads. Where /proc/stat
+    does not list each of them by number (LXCFS renumbers them, a sandbox lists the total only), the machine's
+    total is counted."""
     try:
         with open("/proc/stat", encoding="ascii") as stat:
-            fields = [int(v) for v in stat.readline().split()[1:9]]
-    except (OSError, ValueError):
+            rows = {row[0]: row[1:9] for row in (line.split() for line in stat) if row and row[0].startswith("cpu")}
+        counted = usable_cores()
+        if counted and all(f"cpu{n}" in rows for n in counted):
+            picked = [rows[f"cpu{n}"] for n in counted]
+        else:
+            picked, counted = [rows["cpu"]], None
+        user, nice, system, idle, iowait, irq, softirq, steal = (sum(int(row[i]) for row in picked) for i in range(8))
+    except (OSError, ValueError, KeyError, IndexError):
         return None
-    user, nice, system, idle, iowait, irq, softirq, steal = fields
     ticks = os.sysconf("SC_CLK_TCK")
     own = os.times()
     children = sum(_process_ticks(pid) for pid in ours) / ticks
     return CpuSample(time.monotonic(), (user + nice + system + irq + softirq + steal) / ticks,
-                     own.user + own.system + children)
+                     own.user + own.system + children, counted)
 
 
 def _process_ticks(pid: int) -> int:
@@ -53,14 +70,15 @@ def _process_ticks(pid: int) -> int:
 
 
 def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """How many cores this process may run on; all of the machine's where that is unknown."""
+    return len(usable_cores() or ()) or os.cpu_count() or 1
 
 
-def others_cores(before: CpuSample, after: CpuSample) -> float:
-    """How many cores other processes kept busy between two samples."""
+def others_cores(before: CpuSample, after: CpuSample) -> float | None:
+    """How many cores other processes kept busy between two samples; None where the two counted different cores
+    (the process was moved meanwhile: the difference would hold a core's ticks since boot)."""
+    if before.cores != after.cores:
+        return None
     wall = after.when - before.when
     if wall <= 0:
         return 0.0
@@ -93,7 +111,10 @@ class ThreadGovernor:
         current = self._sample()
         if current is None:
             return False
-        self.others, self._last = others_cores(self._last, current), current
+        others, self._last = others_cores(self._last, current), current
+        if others is None:  # measured again from this sample on
+            return False
+        self.others = others
         self.busiest = max(self.busiest, self.others)
         free = self.n_cores - self.others
         wanted = self.threads

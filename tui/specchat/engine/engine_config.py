@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from ..errors import ConfigError
+from .cpu import cores
 from .drafters import METHODS
 from .repetition import LoopRule
 from .sampling import SamplingParams
@@ -22,7 +22,8 @@ AnyConfig = TypeVar("AnyConfig", bound="EngineConfig")  # the engine's configura
 
 
 def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
+    """One per core this process may run on (``taskset``, a container's cpuset), at most 8."""
+    return max(1, min(cores(), 8))
 
 
 @dataclass(frozen=True)
