@@ -18,7 +18,9 @@ SIZES = (1, 2, 4, 8, 16)
 # An engine timed beside the busy loops decodes with one thread: two threads of ours beside two loops on two cores
 # stall at every barrier (6.6 tok/s against 68 with one, engine/cpu.py), and the sweeps here would take minutes. What
 # is kept or not, and why, is the same at any thread count; a quiet engine that must find a busy one's curve (or not)
-# runs with the same count, since curves are kept per thread count.
+# runs with the same count, since curves are kept per thread count. In a test worker pinned to one core
+# (tests/machine_share.py) the loops and the engine's thread share that core: the loops keep about two thirds of it
+# busy, above QUIET_OTHERS (half a core).
 BUSY_THREADS = 1
 
 
