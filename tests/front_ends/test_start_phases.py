@@ -55,9 +55,14 @@ def test_the_repl_toolbar_names_the_phase_while_loading(tmp_path, first_costs):
     settings = ReplSettings("tiny", db_path=tmp_path / "chats.sqlite3", history_path=tmp_path / "history",
                             max_tokens=4)
 
-    def slow_start(line: str) -> None:  # on the engine thread: the load takes a while, as on a busy machine
-        if line.startswith("loading the target"):
+    heard: list[str] = []
+
+    def slow_start(line: str) -> None:  # on the engine thread: the target's load takes a while, as on a busy machine
+        # (held when the next phase begins: listeners hear a phase in turn, and the REPL's own listener comes after
+        # this one — held at the target's line itself, the REPL heard it only after the wait, for a moment)
+        if heard and heard[-1].startswith("loading the target"):
             time.sleep(2 * TOOLBAR_REFRESH_S + 0.5)
+        heard.append(line)
 
     drawn: list[str] = []
 
