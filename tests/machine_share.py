@@ -45,7 +45,9 @@ def pin_worker() -> None:
 
 class MachineShare:
     def __init__(self) -> None:
-        folder = Path(tempfile.gettempdir()) / f"specchat-tests-{os.environ.get('PYTEST_XDIST_TESTRUNUID', 'solo')}"
+        if WORKER is None:  # one process: nothing to share
+            return
+        folder = Path(tempfile.gettempdir()) / f"specchat-tests-{os.environ['PYTEST_XDIST_TESTRUNUID']}"
         folder.mkdir(exist_ok=True)
         self.gate = open(folder / "gate", "a")
         self.room = open(folder / "room", "a")

@@ -12,6 +12,7 @@ import pytest
 from helpers import BusyLoops, run
 from specchat.engine import cpu
 from specchat.engine.cpu import CpuSample, ThreadGovernor, others_cores
+from specchat.engine.draft_length.costs import watched
 from specchat.engine.engine_config import default_threads
 from specchat.engine.events import ThreadsAdjusted
 from specchat.engine.llama import Context, Model
@@ -24,12 +25,6 @@ def test_others_cores_is_all_busy_time_less_our_own():
     assert others_cores(after, after) == 0.0
     moved = CpuSample(when=13.0, busy_s=50.0, ours_s=20.5, cores=frozenset({1}))  # counted on other cores now
     assert others_cores(after, moved) is None
-
-
-def others_over(seconds: float) -> float:
-    before = cpu.cpu_sample()
-    time.sleep(seconds)
-    return others_cores(before, cpu.cpu_sample())
 
 
 @pytest.mark.alone  # a loop on the core this process may not run on, then on the one it may: nothing else running
@@ -46,13 +41,13 @@ def test_a_process_pinned_to_one_core_decodes_with_one_thread_and_counts_that_co
         assert default_threads() == 1 and cpu.cores() == 1
         os.sched_setaffinity(loops.loops[0].pid, {other})
         time.sleep(0.3)
-        assert others_over(1.0) < 0.3
+        assert watched(lambda: time.sleep(1.0))[1] < 0.3
         os.sched_setaffinity(0, everywhere)
-        assert others_over(1.0) > 0.7  # what the whole machine shows
+        assert watched(lambda: time.sleep(1.0))[1] > 0.7  # what the whole machine shows
         os.sched_setaffinity(0, {ours})
         os.sched_setaffinity(loops.loops[0].pid, {ours})
         time.sleep(0.3)
-        assert others_over(1.0) > 0.7
+        assert watched(lambda: time.sleep(1.0))[1] > 0.7
     finally:
         loops.stop()
         os.sched_setaffinity(0, everywhere)

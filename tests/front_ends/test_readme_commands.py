@@ -83,10 +83,11 @@ def test_a_documented_command_runs(command, tmp_path, user_cache, llama_server, 
     if argv[1:3] != ["server", "build"]:  # building reads the real user cache, where the tests' server was built
         env["HOME"] = str(tmp_path / "home")
     if argv[1] in ("ask", "bench"):  # the command runs as written; a long reply or a second round proves no more
-        for option, value in (("--max-tokens", "24"), ("--repeat", "1")):
+        shorter = {"--max-tokens": "24"} | ({"--repeat": "1"} if argv[1] == "bench" else {})
+        for option, value in shorter.items():
             if option in argv:
                 argv[argv.index(option) + 1] = value
-            elif option == "--max-tokens" or argv[1] == "bench":
+            else:
                 argv += [option, value]
     if argv[1] in ("replay", "chats"):  # they read stored chats: one chat first, as a user has (what the search finds)
         shutil.copytree(request.getfixturevalue("stored_chat"), tmp_path / "data")
