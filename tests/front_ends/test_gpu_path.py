@@ -12,7 +12,7 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from helpers import cli, noticed, ready, run_repl, wait_until, SIZE
+from helpers import assert_one_clear_line, cli, noticed, ready, run_repl, wait_until, SIZE
 from gguf_fixtures import write_variant
 from specchat.app.chat_app import make_app
 from specchat.app.screens.modals import ProfileScreen
@@ -133,6 +133,27 @@ def test_server_build_chooses_the_gpu_that_is_there(monkeypatch, tmp_path):
         monkeypatch.syspath_prepend(FAKE_NVML)
         monkeypatch.delitem(sys.modules, "pynvml", raising=False)  # the real one, if imported: the fake answers now
         assert server_build.detected_backend()[0] == "cuda"
+
+
+def test_server_build_compiles_one_job_per_core_it_may_run_on():
+    """In a container's cpuset or under taskset the build ran one job per core of the machine: two jobs on one core
+    took as long as one, each holding its compiler's memory. The default is the cores this process may use."""
+    everything = os.sched_getaffinity(0)
+    one = min(everything)
+    os.sched_setaffinity(0, {one})
+    try:
+        assert server_build.compile_jobs(None) == 1
+    finally:
+        os.sched_setaffinity(0, everything)
+    assert server_build.compile_jobs(None) == len(everything) and server_build.compile_jobs(3) == 3
+
+
+@pytest.mark.parametrize("jobs", ["0", "-2"])
+def test_server_build_refuses_an_impossible_job_count_in_one_line(jobs):
+    """``--jobs 0`` built with every core as if unasked; a negative count reached cmake after the download."""
+    refused = cli("server", "build", "--force", "--jobs", jobs, env={"PIP_NO_INDEX": "1"})
+    assert refused.returncode == 2
+    assert_one_clear_line(refused, f"--jobs must be ≥ 1, got {jobs}")
 
 
 def test_server_which_says_what_the_binary_offloads_to(llama_server):

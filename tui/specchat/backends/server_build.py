@@ -25,6 +25,7 @@ from pathlib import Path
 import llama_cpp
 
 from .. import paths
+from ..engine.cpu import cores
 from ..errors import ConfigError
 from ..telemetry.memory import GpuMemory, gpu_memory
 from .offload import LlamaBuild
@@ -105,14 +106,24 @@ def built_backend(folder: Path | None = None) -> str | None:
         return None
 
 
+def compile_jobs(jobs: int | None) -> int:
+    """``jobs``, else one compile job per core this process may run on (a cpuset or ``taskset`` holds it to fewer
+    than the machine has: a job per machine core would share them, each with its compiler's memory)."""
+    if jobs is None:
+        return cores()
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be ≥ 1, got {jobs}")
+    return jobs
+
+
 def build(jobs: int | None = None, progress: Callable[[str], None] = print, out: Path | None = None,
           backend: str = "cpu") -> Path:
     """Build llama.cpp's tools for ``backend`` from the pinned llama-cpp-python's sources into ``out`` (default: the
-    user cache), with ``jobs`` compile jobs (default: one per core); returns that folder."""
+    user cache), with ``jobs`` compile jobs (default: one per core it may run on); returns that folder."""
     if not shutil.which("cmake"):
         raise ConfigError("cmake is not installed — install it (e.g. apt install cmake), then run this again")
     out = out or built_dir()
-    jobs = jobs or os.cpu_count() or 2
+    jobs = compile_jobs(jobs)
     version = llama_cpp.__version__
     with tempfile.TemporaryDirectory(prefix="specchat-build-") as tmp:
         work = Path(tmp)

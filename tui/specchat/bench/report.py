@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..engine.cpu import cores
 from ..figures import DASH, num
 from .runners import BASELINE, RunResult
 
@@ -82,7 +83,9 @@ def machine() -> dict[str, Any]:
         cpu = platform.processor()
     gpu = gpu_memory()
     return {
-        "platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+        # the cores the run could use (a cpuset or taskset holds it to fewer), and the machine's
+        "platform": platform.platform(), "cpu": cpu, "cores": cores(), "machine_cores": os.cpu_count(),
+        "python": platform.python_version(),
         "specchat": __version__, "llama_cpp_python": llama_cpp.__version__,
         "gpu": gpu.name if isinstance(gpu, GpuMemory) else f"none ({gpu.reason})",
     }
