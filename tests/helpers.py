@@ -5,12 +5,14 @@ kinds of the conformance suite are backend_kinds.py's; GGUF files written for a 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import io
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from prompt_toolkit.data_structures import Size
@@ -46,6 +48,18 @@ class BusyLoops:
             loop.kill()
             loop.wait()
         time.sleep(0.3)
+
+
+@contextlib.contextmanager
+def on_cores(cores: set[int]) -> Iterator[None]:
+    """This thread on ``cores`` only, as ``taskset`` or a container's cpuset would hold it (what ``engine.cpu.cores()``
+    and the busy check read); the cores it had are given back after."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 # -- the engine ------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import BusyLoops, run
+from helpers import BusyLoops, on_cores, run
 from specchat.engine import cpu
 from specchat.engine.cpu import CpuSample, ThreadGovernor, others_cores
 from specchat.engine.draft_length.costs import watched
@@ -35,22 +35,21 @@ def test_a_process_pinned_to_one_core_decodes_with_one_thread_and_counts_that_co
     if len(everywhere) < 2:
         pytest.skip("one core: nothing to pin apart")
     ours, other = sorted(everywhere)[:2]
-    os.sched_setaffinity(0, {ours})
     loops = BusyLoops(1)
+    loop = loops.loops[0].pid
     try:
-        assert default_threads() == 1 and cpu.cores() == 1
-        os.sched_setaffinity(loops.loops[0].pid, {other})
+        os.sched_setaffinity(loop, {other})
         time.sleep(0.3)
-        assert watched(lambda: time.sleep(1.0))[1] < 0.3
-        os.sched_setaffinity(0, everywhere)
+        with on_cores({ours}):
+            assert default_threads() == 1 and cpu.cores() == 1
+            assert watched(lambda: time.sleep(1.0))[1] < 0.3
         assert watched(lambda: time.sleep(1.0))[1] > 0.7  # what the whole machine shows
-        os.sched_setaffinity(0, {ours})
-        os.sched_setaffinity(loops.loops[0].pid, {ours})
+        os.sched_setaffinity(loop, {ours})
         time.sleep(0.3)
-        assert watched(lambda: time.sleep(1.0))[1] > 0.7
+        with on_cores({ours}):
+            assert watched(lambda: time.sleep(1.0))[1] > 0.7
     finally:
         loops.stop()
-        os.sched_setaffinity(0, everywhere)
 
 
 def test_the_governor_gives_back_cores_to_others_and_takes_them_again(monkeypatch):

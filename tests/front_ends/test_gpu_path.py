@@ -12,7 +12,7 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from helpers import assert_one_clear_line, cli, noticed, ready, run_repl, wait_until, SIZE
+from helpers import assert_one_clear_line, cli, noticed, on_cores, ready, run_repl, wait_until, SIZE
 from gguf_fixtures import write_variant
 from specchat.app.chat_app import make_app
 from specchat.app.screens.modals import ProfileScreen
@@ -139,12 +139,8 @@ def test_server_build_compiles_one_job_per_core_it_may_run_on():
     """In a container's cpuset or under taskset the build ran one job per core of the machine: two jobs on one core
     took as long as one, each holding its compiler's memory. The default is the cores this process may use."""
     everything = os.sched_getaffinity(0)
-    one = min(everything)
-    os.sched_setaffinity(0, {one})
-    try:
+    with on_cores({min(everything)}):
         assert server_build.compile_jobs(None) == 1
-    finally:
-        os.sched_setaffinity(0, everything)
     assert server_build.compile_jobs(None) == len(everything) and server_build.compile_jobs(3) == 3
 
 
